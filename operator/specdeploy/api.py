@@ -1,0 +1,456 @@
+"""The SpeculativeDeployment v1alpha1 API: the single source of truth for the CRD schema.
+
+Every field's description, default and validation lives here; ``specdeploy.crd`` turns these
+models into the OpenAPI schema the apiserver enforces, and the operator parses each object into
+them once, so nothing downstream handles raw dicts.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+GROUP = "specdeploy.io"
+VERSION = "v1alpha1"
+KIND = "SpeculativeDeployment"
+PLURAL = "speculativedeployments"
+SINGULAR = "speculativedeployment"
+SHORT_NAMES = ("sdep", "specdeploy")
+API_VERSION = f"{GROUP}/{VERSION}"
+
+EngineName = Literal["vllm", "sglang"]
+ENGINES: tuple[EngineName, ...] = ("vllm", "sglang")
+TENSOR_PARALLEL_SIZES = (1, 2, 4, 8, 16)
+
+
+def _cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
+    """One x-kubernetes-validations entry; fieldPath makes the apiserver name the field."""
+    entry = {"rule": rule, "message": message}
+    if field_path:
+        entry["fieldPath"] = field_path
+    return entry
+
+
+class _Model(BaseModel):
+    """camelCase on the wire, snake_case in Python, immutable once parsed."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, frozen=True, extra="forbid"
+    )
+
+
+class Verifier(_Model):
+    """The large target model whose output distribution is served unchanged."""
+
+    model: str = Field(
+        min_length=1,
+        max_length=256,
+        description="Hugging Face model id (org/name) of the verifier, e.g. Qwen/Qwen3-30B-A3B-Instruct-2507.",
+    )
+    revision: str | None = Field(
+        default=None, max_length=128, description="Branch, tag or commit of the verifier. Default: main."
+    )
+
+
+class Speculator(_Model):
+    """The small EAGLE-3 draft model trained for the verifier."""
+
+    model: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        description=(
+            "Hugging Face model id of the draft. When omitted, the catalog's recommended "
+            "speculator for the verifier and engine is used and shown in status."
+        ),
+    )
+    revision: str | None = Field(default=None, max_length=128, description="Branch, tag or commit of the draft.")
+    method: Literal["eagle3"] = Field(
+        default="eagle3", description="Speculative decoding method. Only EAGLE-3 drafts are supported."
+    )
+    num_speculative_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=16,
+        description=(
+            "Tokens the draft proposes per step (vLLM num_speculative_tokens, SGLang "
+            "--speculative-num-steps). Default: the catalog's published value for the "
+            "speculator, else 3."
+        ),
+    )
+    draft_tensor_parallel_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=16,
+        description="Tensor-parallel size of the draft. vLLM accepts 1 or the verifier's size.",
+    )
+
+
+class EnvVar(_Model):
+    """A plain environment variable for the engine container (secrets go through modelAccess)."""
+
+    name: str = Field(min_length=1, max_length=256, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+    value: str = Field(default="", max_length=4096)
+
+
+class VllmOptions(_Model):
+    """Settings that only vLLM understands."""
+
+    enable_expert_parallel: bool | None = Field(
+        default=None, description="Pass --enable-expert-parallel (MoE verifiers)."
+    )
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] | None = Field(
+        default=None, description="KV cache data type (--kv-cache-dtype)."
+    )
+
+
+class SglangOptions(_Model):
+    """Settings that only SGLang understands. Steps come from speculator.numSpeculativeTokens."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(
+                    "!has(self.eagleTopk) || self.eagleTopk != 1 || !has(self.numDraftTokens) "
+                    "|| !has(self.numSteps) || self.numDraftTokens == self.numSteps + 1",
+                    "with eagleTopk 1, numDraftTokens must equal numSteps + 1",
+                    ".numDraftTokens",
+                ),
+                _cel(
+                    "has(self.eagleTopk) == has(self.numDraftTokens)",
+                    "eagleTopk and numDraftTokens are set together (or both left to the engine)",
+                    ".eagleTopk",
+                ),
+            ]
+        }
+    )
+
+    num_steps: int | None = Field(
+        default=None, ge=1, le=16, description="--speculative-num-steps; overrides speculator.numSpeculativeTokens."
+    )
+    eagle_topk: int | None = Field(default=None, ge=1, le=64, description="--speculative-eagle-topk.")
+    num_draft_tokens: int | None = Field(
+        default=None, ge=1, le=1024, description="--speculative-num-draft-tokens."
+    )
+    mem_fraction_static: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description=(
+            "--mem-fraction-static. Default: derived from gpuMemoryUtilization, lowered to leave "
+            "room for the draft model."
+        ),
+    )
+
+
+class Engine(_Model):
+    """Which inference server runs the pair, and how."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel("!has(self.sglang) || self.name == 'sglang'",
+                     "engine.sglang is only valid with engine.name sglang", ".sglang"),
+                _cel("!has(self.vllm) || self.name == 'vllm'",
+                     "engine.vllm is only valid with engine.name vllm", ".vllm"),
+            ]
+        }
+    )
+
+    name: EngineName = Field(default="vllm", description="Inference engine: vllm or sglang.")
+    image: str | None = Field(
+        default=None, max_length=512, description="Engine container image. Default: the pinned image for the engine."
+    )
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
+        default="IfNotPresent", description="Pull policy of the engine image."
+    )
+    args: list[Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=list, max_length=64, description="Extra arguments appended to the engine command."
+    )
+    env: list[EnvVar] = Field(default_factory=list, max_length=64, description="Extra environment variables.")
+    vllm: VllmOptions | None = Field(default=None, description="vLLM-only settings.")
+    sglang: SglangOptions | None = Field(default=None, description="SGLang-only settings.")
+
+
+TensorSize = int | Literal["auto"]
+
+
+class Parallelism(_Model):
+    """How one replica is spread over GPUs."""
+
+    tensor: TensorSize = Field(
+        default="auto",
+        description=(
+            "Tensor-parallel size: auto (the smallest size in 1, 2, 4, 8 that meets the "
+            "engine's divisibility rules and fits in memory) or an explicit 1, 2, 4, 8 or 16."
+        ),
+        json_schema_extra={
+            "x-kubernetes-int-or-string": True,
+            "x-kubernetes-validations": [
+                _cel(
+                    "type(self) == string ? self == 'auto' : self in [1, 2, 4, 8, 16]",
+                    "parallelism.tensor must be auto or one of 1, 2, 4, 8, 16",
+                )
+            ],
+        },
+    )
+    gpu_product: str | None = Field(
+        default=None,
+        max_length=128,
+        description=(
+            "GPU product to run on: a GPU feature discovery product string "
+            "(NVIDIA-H100-80GB-HBM3) or an alias (h100-80gb, a100-40gb, l4, ...). "
+            "Default: the planner picks among products present in the cluster."
+        ),
+    )
+    min_concurrent_sequences: int = Field(
+        default=4,
+        ge=1,
+        le=4096,
+        description="KV cache the plan reserves: this many sequences of maxModelLen tokens per replica.",
+    )
+
+
+class SecretKeyRef(_Model):
+    """A key in a Secret in the resource's namespace."""
+
+    name: str = Field(min_length=1, max_length=253, description="Secret name.")
+    key: str = Field(default="token", min_length=1, max_length=253, description="Key holding the value.")
+
+
+class ModelAccess(_Model):
+    """How the engine (and the operator's pairing check) reach the model hub."""
+
+    token_secret_ref: SecretKeyRef | None = Field(
+        default=None,
+        description="Secret key holding a Hugging Face token; given to the engine as HF_TOKEN, never copied.",
+    )
+    endpoint: str | None = Field(
+        default=None, max_length=512, description="Hub endpoint (HF_ENDPOINT) for a mirror."
+    )
+    offline: bool = Field(default=False, description="Set HF_HUB_OFFLINE=1: models must already be in the cache.")
+
+
+class ModelCache(_Model):
+    """Where model weights are stored: an existing PVC, or an ephemeral volume per pod."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel("!(has(self.claimName) && has(self.sizeLimit))",
+                     "modelCache takes claimName or sizeLimit, not both", ".claimName")
+            ]
+        }
+    )
+
+    claim_name: str | None = Field(
+        default=None, max_length=253, description="Existing PersistentVolumeClaim mounted at the hub cache."
+    )
+    size_limit: str | None = Field(
+        default=None,
+        max_length=32,
+        pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|K|M|G|T)?$",
+        description="Size limit of the ephemeral cache (emptyDir) when no claim is given, e.g. 200Gi.",
+    )
+    mount_path: str = Field(default="/root/.cache/huggingface", max_length=512, description="Mount path.")
+
+
+class Toleration(_Model):
+    """A pod toleration (core/v1 Toleration)."""
+
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] | None = None
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+
+
+class Scheduling(_Model):
+    """Placement of the engine pods, on top of what the GPU plan requires."""
+
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Extra node selector labels.")
+    tolerations: list[Toleration] = Field(
+        default_factory=list, max_length=32, description="Extra tolerations (the GPU taint is tolerated already)."
+    )
+    affinity: dict[str, Any] | None = Field(
+        default=None, description="core/v1 Affinity merged with the plan's GPU product node affinity."
+    )
+    priority_class_name: str | None = Field(default=None, max_length=253)
+    runtime_class_name: str | None = Field(default=None, max_length=253)
+
+
+class PodMetadata(_Model):
+    """Labels and annotations added to engine pods."""
+
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class Resources(_Model):
+    """CPU and memory for the engine container; GPUs come from the plan and cannot be set here."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel("!('nvidia.com/gpu' in self.requests) && !('nvidia.com/gpu' in self.limits)",
+                     "nvidia.com/gpu is set from the tensor-parallel plan; use parallelism.tensor")
+            ]
+        }
+    )
+
+    requests: dict[str, str] = Field(default_factory=dict)
+    limits: dict[str, str] = Field(default_factory=dict)
+
+
+class Service(_Model):
+    """The Service in front of the engine pods."""
+
+    type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(default="ClusterIP")
+    port: int | None = Field(default=None, ge=1, le=65535, description="Service port. Default: the engine's port.")
+
+
+class Pairing(_Model):
+    """Controls for the verifier/speculator compatibility check."""
+
+    allow_verifier_mismatch: bool = Field(
+        default=False,
+        description=(
+            "Serve even when the speculator declares a different verifier. The check still "
+            "reports a Warning event and condition."
+        ),
+    )
+    metadata_config_map: str | None = Field(
+        default=None,
+        max_length=253,
+        description=(
+            "ConfigMap in the same namespace with verifier.json and/or speculator.json "
+            "(each a config.json), for models the operator cannot reach."
+        ),
+    )
+
+
+class SpeculativeDeploymentSpec(_Model):
+    """Desired state: one verifier/speculator pair served by N replicas."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(
+                    "has(self.verifier) || (has(self.speculator) && has(self.speculator.model))",
+                    "spec.verifier is required unless spec.speculator.model names a speculator "
+                    "that declares its verifier",
+                    ".verifier",
+                ),
+            ]
+        }
+    )
+
+    verifier: Verifier | None = Field(default=None, description="The target model.")
+    speculator: Speculator | None = Field(default=None, description="The EAGLE-3 draft model.")
+    engine: Engine = Field(default_factory=Engine, json_schema_extra={"default": {}})
+    parallelism: Parallelism = Field(default_factory=Parallelism, json_schema_extra={"default": {}})
+    replicas: int = Field(default=1, ge=0, le=1024, description="Number of engine pods (each a full pair).")
+    max_model_len: int | None = Field(
+        default=None, ge=128, le=10_485_760, description="Maximum context length (tokens). Default: the model's."
+    )
+    gpu_memory_utilization: float = Field(
+        default=0.9, gt=0, le=1, description="Fraction of each GPU's memory the engine may use."
+    )
+    served_model_name: str | None = Field(
+        default=None, max_length=256, description="Model name clients send. Default: the verifier id."
+    )
+    model_access: ModelAccess = Field(default_factory=ModelAccess, json_schema_extra={"default": {}})
+    model_cache: ModelCache = Field(default_factory=ModelCache, json_schema_extra={"default": {}})
+    scheduling: Scheduling = Field(default_factory=Scheduling, json_schema_extra={"default": {}})
+    pod_metadata: PodMetadata = Field(default_factory=PodMetadata, json_schema_extra={"default": {}})
+    resources: Resources = Field(default_factory=Resources, json_schema_extra={"default": {}})
+    service: Service = Field(default_factory=Service, json_schema_extra={"default": {}})
+    pairing: Pairing = Field(default_factory=Pairing, json_schema_extra={"default": {}})
+
+
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+class Condition(_Model):
+    """A Kubernetes-style condition."""
+
+    type: str
+    status: ConditionStatus
+    reason: str
+    message: str = ""
+    last_transition_time: str | None = None
+    observed_generation: int | None = None
+
+
+class CheckResult(_Model):
+    """One pairing rule's outcome."""
+
+    name: str
+    status: Literal["Passed", "Failed", "Warning", "Skipped"]
+    reason: str
+    message: str = ""
+
+
+class PairingStatus(_Model):
+    """What the pairing check found."""
+
+    verified: ConditionStatus
+    reason: str
+    checks: list[CheckResult] = Field(default_factory=list)
+
+
+class Plan(_Model):
+    """The GPU plan for one replica: what was chosen and why."""
+
+    tensor_parallel_size: int
+    gpu_product: str | None = None
+    gpus_per_replica: int
+    gpu_memory_gib: float | None = Field(default=None, alias="gpuMemoryGiB")
+    weights_gib: float | None = Field(default=None, alias="weightsGiB")
+    speculator_weights_gib: float | None = Field(default=None, alias="speculatorWeightsGiB")
+    kv_cache_gib: float | None = Field(default=None, alias="kvCacheGiB")
+    max_model_len: int | None = None
+    reason: str = ""
+
+
+class Acceptance(_Model):
+    """Speculative decoding acceptance, read from the engine's metrics."""
+
+    rate: str | None = None
+    mean_length: str | None = None
+
+
+class SpeculativeDeploymentStatus(_Model):
+    """Observed state, written only by the operator."""
+
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    verifier: str | None = Field(default=None, description="The verifier actually served.")
+    speculator: str | None = Field(default=None, description="The speculator actually served.")
+    engine: str | None = None
+    tensor_parallel_size: int | None = None
+    replicas: int = 0
+    ready_replicas: int = 0
+    updated_replicas: int = 0
+    selector: str | None = Field(default=None, description="Label selector of the pods (scale subresource).")
+    endpoint: str | None = Field(default=None, description="In-cluster URL of the OpenAI-compatible API.")
+    command: list[str] = Field(default_factory=list, description="The exact engine command line.")
+    pairing: PairingStatus | None = None
+    plan: Plan | None = None
+    acceptance: Acceptance | None = None
+
+
+class SpeculativeDeployment(_Model):
+    """A whole object as read from the apiserver or a file (metadata kept loose)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    api_version: Literal["specdeploy.io/v1alpha1"] = API_VERSION
+    kind: Literal["SpeculativeDeployment"] = KIND
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: SpeculativeDeploymentSpec

@@ -1,0 +1,171 @@
+"""Certificates and keys for one sandbox control plane.
+
+The apiserver is served over TLS with client-certificate authentication so that RBAC is real:
+the admin identity is a client certificate in ``system:masters``, and every other identity
+(service accounts) is authorized by RBAC rules. Everything is generated locally per sandbox.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+ADMIN_USER = "specdeploy-admin"
+ADMIN_GROUP = "system:masters"
+_VALIDITY = datetime.timedelta(days=365)
+# Names the in-cluster `kubernetes` Service answers to, plus loopback where the apiserver listens.
+_APISERVER_DNS = (
+    "localhost",
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+)
+
+
+@dataclass(frozen=True)
+class Pki:
+    """Paths of the PEM files of one sandbox."""
+
+    ca_cert: Path
+    ca_key: Path
+    apiserver_cert: Path
+    apiserver_key: Path
+    admin_cert: Path
+    admin_key: Path
+    service_account_key: Path
+    service_account_pub: Path
+
+    @classmethod
+    def in_dir(cls, directory: Path) -> Pki:
+        return cls(
+            ca_cert=directory / "ca.crt",
+            ca_key=directory / "ca.key",
+            apiserver_cert=directory / "apiserver.crt",
+            apiserver_key=directory / "apiserver.key",
+            admin_cert=directory / "admin.crt",
+            admin_key=directory / "admin.key",
+            service_account_key=directory / "sa.key",
+            service_account_pub=directory / "sa.pub",
+        )
+
+
+def _ec_key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption(),
+    )
+
+
+def _write(path: Path, data: bytes, private: bool = False) -> None:
+    path.write_bytes(data)
+    if private:
+        path.chmod(0o600)
+
+
+def _name(common_name: str, organization: str | None = None) -> x509.Name:
+    attributes = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    if organization:
+        attributes.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+    return x509.Name(attributes)
+
+
+def _builder(subject: x509.Name, issuer: x509.Name, public_key: ec.EllipticCurvePublicKey) -> x509.CertificateBuilder:
+    now = datetime.datetime.now(datetime.UTC)
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + _VALIDITY)
+    )
+
+
+def _leaf(
+    ca_key: ec.EllipticCurvePrivateKey,
+    ca_name: x509.Name,
+    subject: x509.Name,
+    usage: x509.ObjectIdentifier,
+    sans: list[x509.GeneralName] | None = None,
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    key = _ec_key()
+    builder = (
+        _builder(subject, ca_name, key.public_key())
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True, content_commitment=False, key_encipherment=True,
+                data_encipherment=False, key_agreement=False, key_cert_sign=False,
+                crl_sign=False, encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    )
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    return builder.sign(ca_key, hashes.SHA256()), key
+
+
+def generate(directory: Path) -> Pki:
+    """Write a fresh CA, apiserver serving cert, admin client cert and service-account key pair."""
+    directory.mkdir(parents=True, exist_ok=True)
+    pki = Pki.in_dir(directory)
+
+    ca_key = _ec_key()
+    ca_name = _name("specdeploy-sandbox-ca")
+    ca_cert = (
+        _builder(ca_name, ca_name, ca_key.public_key())
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True, content_commitment=False, key_encipherment=False,
+                data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                crl_sign=True, encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    _write(pki.ca_cert, ca_cert.public_bytes(serialization.Encoding.PEM))
+    _write(pki.ca_key, _key_pem(ca_key), private=True)
+
+    sans: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    sans += [x509.DNSName(name) for name in _APISERVER_DNS]
+    server_cert, server_key = _leaf(
+        ca_key, ca_name, _name("kube-apiserver"), ExtendedKeyUsageOID.SERVER_AUTH, sans
+    )
+    _write(pki.apiserver_cert, server_cert.public_bytes(serialization.Encoding.PEM))
+    _write(pki.apiserver_key, _key_pem(server_key), private=True)
+
+    admin_cert, admin_key = _leaf(
+        ca_key, ca_name, _name(ADMIN_USER, ADMIN_GROUP), ExtendedKeyUsageOID.CLIENT_AUTH
+    )
+    _write(pki.admin_cert, admin_cert.public_bytes(serialization.Encoding.PEM))
+    _write(pki.admin_key, _key_pem(admin_key), private=True)
+
+    # Service-account tokens are signed RS256, the algorithm every Kubernetes client expects.
+    sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    _write(pki.service_account_key, _key_pem(sa_key), private=True)
+    _write(
+        pki.service_account_pub,
+        sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        ),
+    )
+    return pki
