@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+from pydantic.config import JsonDict
 
 GROUP = "specdeploy.io"
 VERSION = "v1alpha1"
@@ -25,9 +26,9 @@ ENGINES: tuple[EngineName, ...] = ("vllm", "sglang")
 TENSOR_PARALLEL_SIZES = (1, 2, 4, 8, 16)
 
 
-def _cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
+def _cel(rule: str, message: str, field_path: str | None = None) -> JsonDict:
     """One x-kubernetes-validations entry; fieldPath makes the apiserver name the field."""
-    entry = {"rule": rule, "message": message}
+    entry: JsonDict = {"rule": rule, "message": message}
     if field_path:
         entry["fieldPath"] = field_path
     return entry
@@ -206,7 +207,7 @@ class Parallelism(_Model):
         ),
     )
     min_concurrent_sequences: int = Field(
-        default=4,
+        default=2,
         ge=1,
         le=4096,
         description="KV cache the plan reserves: this many sequences of maxModelLen tokens per replica.",
@@ -294,7 +295,8 @@ class Resources(_Model):
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
-                _cel("!('nvidia.com/gpu' in self.requests) && !('nvidia.com/gpu' in self.limits)",
+                _cel("(!has(self.requests) || !('nvidia.com/gpu' in self.requests)) && "
+                     "(!has(self.limits) || !('nvidia.com/gpu' in self.limits))",
                      "nvidia.com/gpu is set from the tensor-parallel plan; use parallelism.tensor")
             ]
         }
@@ -450,7 +452,7 @@ class SpeculativeDeployment(_Model):
 
     model_config = ConfigDict(extra="ignore")
 
-    api_version: Literal["specdeploy.io/v1alpha1"] = API_VERSION
-    kind: Literal["SpeculativeDeployment"] = KIND
+    api_version: Literal["specdeploy.io/v1alpha1"] = "specdeploy.io/v1alpha1"
+    kind: Literal["SpeculativeDeployment"] = "SpeculativeDeployment"
     metadata: dict[str, Any] = Field(default_factory=dict)
     spec: SpeculativeDeploymentSpec

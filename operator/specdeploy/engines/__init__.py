@@ -1,0 +1,34 @@
+"""Inference engines: turn an effective spec into the engine container's launch.
+
+``engine_for(spec.engine.name)`` is the only entry point the rest of the operator needs; each
+engine module keeps its pinned version, image, flags and rules to itself.
+"""
+
+from __future__ import annotations
+
+from specdeploy import api
+from specdeploy.engines.base import Engine, EngineLaunch, FieldError
+from specdeploy.engines.sglang import SglangEngine
+from specdeploy.engines.vllm import VllmEngine
+
+__all__ = ["ENGINES", "Engine", "EngineLaunch", "FieldError", "engine_for", "render", "validate"]
+
+ENGINES: dict[str, Engine] = {"vllm": VllmEngine(), "sglang": SglangEngine()}
+
+
+def engine_for(name: str) -> Engine:
+    """The engine called ``name``; unknown names are a bug upstream (the CRD enum rejects them)."""
+    engine = ENGINES.get(name)
+    if engine is None:
+        raise ValueError(f"unknown engine {name!r}; known: {', '.join(ENGINES)}")
+    return engine
+
+
+def render(spec: api.SpeculativeDeploymentSpec) -> EngineLaunch:
+    """The launch of an effective spec on the engine it names."""
+    return engine_for(spec.engine.name).render(spec)
+
+
+def validate(spec: api.SpeculativeDeploymentSpec) -> list[FieldError]:
+    """Engine rules the CRD cannot express; run it on the effective spec."""
+    return engine_for(spec.engine.name).validate(spec)

@@ -1,0 +1,201 @@
+"""What every engine renders, and the engine-independent parts of rendering and validation.
+
+An engine turns an *effective* spec (one whose verifier, speculator, token count and tensor-parallel
+size earlier stages have already resolved) into an :class:`EngineLaunch`: the exact argv, port,
+image, probes and environment of the engine container. Everything here is a pure function of the
+spec, so ``specdeploy render`` and the operator produce the same bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from specdeploy import api
+
+HOST = "0.0.0.0"
+METRICS_PATH = "/metrics"
+
+# Loading a 60 GB verifier means pulling it from the hub (10-20 min at 50-100 MB/s on a cold
+# cache), copying it onto the GPUs, then compiling and capturing CUDA graphs for verifier and
+# draft. A startup probe only holds liveness off until the first success, so a generous budget
+# costs nothing on a warm start: 180 x 10 s = 30 min.
+STARTUP_PERIOD_S = 10
+STARTUP_FAILURE_THRESHOLD = 180
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One rejected field: a spec path the user can find in their YAML, and what to do about it."""
+
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+@dataclass(frozen=True)
+class EngineLaunch:
+    """Everything the pod builder needs to run one engine container.
+
+    ``command`` is the full argv (it replaces the image entrypoint) with ``spec.engine.args`` last;
+    ``env`` holds the engine's own variables followed by ``spec.engine.env`` (the user's value
+    wins on a name clash) as core/v1 EnvVar dicts; the probes are core/v1 Probe dicts.
+    """
+
+    engine: api.EngineName
+    image: str
+    command: list[str]
+    port: int
+    startup_probe: dict[str, Any]
+    readiness_probe: dict[str, Any]
+    liveness_probe: dict[str, Any]
+    metrics_path: str
+    env: list[dict[str, str]]
+
+
+class Engine(Protocol):
+    """One inference server: its pinned image, its port, and how it is launched and checked."""
+
+    @property
+    def name(self) -> api.EngineName:
+        """The ``spec.engine.name`` value selecting this engine."""
+        ...
+
+    @property
+    def version(self) -> str:
+        """The engine release of the default image, and of the conformance-tested parser."""
+        ...
+
+    @property
+    def default_image(self) -> str:
+        """The pinned image used when ``spec.engine.image`` is unset."""
+        ...
+
+    @property
+    def port(self) -> int:
+        """The container port the server listens on."""
+        ...
+
+    def render(self, spec: api.SpeculativeDeploymentSpec) -> EngineLaunch:
+        """The launch of ``spec``, which must be effective (see the module docstring)."""
+        ...
+
+    def validate(self, spec: api.SpeculativeDeploymentSpec) -> list[FieldError]:
+        """Engine rules the CRD's CEL cannot express; empty when the spec is servable."""
+        ...
+
+
+@dataclass(frozen=True)
+class OwnedFlag:
+    """A flag the operator renders itself, so ``engine.args`` may not repeat it."""
+
+    names: tuple[str, ...]
+    use_instead: str
+
+
+def tensor_parallel_size(spec: api.SpeculativeDeploymentSpec) -> int:
+    """The resolved TP size; ``auto`` here means the planner stage was skipped (a bug)."""
+    tensor = spec.parallelism.tensor
+    if not isinstance(tensor, int):
+        raise ValueError("parallelism.tensor must be resolved to an integer before rendering")
+    return tensor
+
+
+def verifier_model(spec: api.SpeculativeDeploymentSpec) -> str:
+    """The verifier id, which the catalog stage fills when only a speculator was named."""
+    if spec.verifier is None:
+        raise ValueError("spec.verifier must be resolved before rendering")
+    return spec.verifier.model
+
+
+def speculator(spec: api.SpeculativeDeploymentSpec) -> tuple[api.Speculator, str, int]:
+    """The speculator with its resolved model id and token count."""
+    spec_ = spec.speculator
+    if spec_ is None or spec_.model is None or spec_.num_speculative_tokens is None:
+        raise ValueError("spec.speculator.model and numSpeculativeTokens must be resolved before rendering")
+    return spec_, spec_.model, spec_.num_speculative_tokens
+
+
+def http_probe(path: str, port: int, period_s: int, failure_threshold: int, timeout_s: int) -> dict[str, Any]:
+    """A core/v1 Probe doing ``GET path`` on the container port."""
+    return {
+        "httpGet": {"path": path, "port": port},
+        "periodSeconds": period_s,
+        "failureThreshold": failure_threshold,
+        "timeoutSeconds": timeout_s,
+    }
+
+
+def startup_probe(path: str, port: int, timeout_s: int) -> dict[str, Any]:
+    """The long-budget startup probe (see STARTUP_FAILURE_THRESHOLD for why 30 minutes)."""
+    return http_probe(path, port, STARTUP_PERIOD_S, STARTUP_FAILURE_THRESHOLD, timeout_s)
+
+
+def merged_env(engine_env: Mapping[str, str], spec: api.SpeculativeDeploymentSpec) -> list[dict[str, str]]:
+    """Engine defaults then the user's ``engine.env``; a user entry replaces a default of the same name."""
+    merged = dict(engine_env)
+    for var in spec.engine.env:
+        merged.pop(var.name, None)
+        merged[var.name] = var.value
+    return [{"name": name, "value": value} for name, value in merged.items()]
+
+
+def _flag_name(arg: str) -> str | None:
+    """The option name an argv token sets (``--a_b=1`` -> ``--a-b``), or None for a value."""
+    if not arg.startswith("-") or arg == "-" or arg[1:2].isdigit():
+        return None
+    name = arg.split("=", 1)[0]
+    return name if not name.startswith("--") else "--" + name[2:].replace("_", "-")
+
+
+def owned_flag_errors(spec: api.SpeculativeDeploymentSpec, owned: Sequence[OwnedFlag]) -> list[FieldError]:
+    """Reject ``engine.args`` that repeat a flag the operator renders, naming the field to use.
+
+    Long names are also matched by prefix because argparse expands unambiguous abbreviations
+    (``--tensor-parallel`` would silently become ``--tensor-parallel-size``).
+    """
+    errors: list[FieldError] = []
+    for index, arg in enumerate(spec.engine.args):
+        name = _flag_name(arg)
+        if name is None:
+            continue
+        for flag in owned:
+            hit = any(
+                name == known or (name.startswith("--") and len(name) > 3 and known.startswith(name))
+                for known in flag.names
+            )
+            if hit:
+                errors.append(
+                    FieldError(
+                        f"spec.engine.args[{index}]",
+                        f"{arg!r} duplicates {flag.names[0]}, which the operator renders; "
+                        f"use {flag.use_instead} instead",
+                    )
+                )
+                break
+    return errors
+
+
+def draft_tp_errors(spec: api.SpeculativeDeploymentSpec, allow_one: bool) -> list[FieldError]:
+    """Reject a draft TP the engine cannot run: always the verifier's TP, or also 1 (``allow_one``).
+
+    Skipped while ``parallelism.tensor`` is still ``auto``: the rule is checked again on the
+    effective spec once the planner has chosen.
+    """
+    tensor = spec.parallelism.tensor
+    if spec.speculator is None or spec.speculator.draft_tensor_parallel_size is None:
+        return []
+    draft = spec.speculator.draft_tensor_parallel_size
+    if not isinstance(tensor, int) or draft == tensor or (allow_one and draft == 1):
+        return []
+    allowed = f"1 or {tensor}" if allow_one else f"{tensor}"
+    return [
+        FieldError(
+            "spec.speculator.draftTensorParallelSize",
+            f"{spec.engine.name} runs the draft with tensor-parallel size {allowed} "
+            f"(the verifier's parallelism.tensor is {tensor}); got {draft}",
+        )
+    ]

@@ -1,0 +1,198 @@
+"""SGLang: ``python3 -m sglang.launch_server`` with an EAGLE-3 draft, as seed 003 launches it.
+
+The algorithm is always ``EAGLE3``. Seed 003's model card writes ``EAGLE``, which SGLang treats
+as EAGLE-2 (and MTP); its own documentation uses ``EAGLE3`` for EAGLE-3 drafts, whose draft head
+consumes several verifier hidden-state layers instead of one.
+
+Draft shape. SGLang needs steps, top-k and draft tokens together: with steps alone it asserts or
+fails on the missing top-k, and with none it picks its own. Steps are
+``engine.sglang.numSteps``, else ``speculator.numSpeculativeTokens``. Top-k and draft tokens are
+``engine.sglang.eagleTopk``/``numDraftTokens`` (filled from the catalog for known pairs, e.g. seed
+003's 5/8/64 tree); when both are unset the draft runs as a chain (top-k 1, steps + 1 draft
+tokens), which is what vLLM runs for the same token count and what SGLang's own auto-choice picks
+for every architecture except Llama and Grok.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from specdeploy import api
+from specdeploy.engines.base import (
+    HOST,
+    METRICS_PATH,
+    EngineLaunch,
+    FieldError,
+    OwnedFlag,
+    draft_tp_errors,
+    http_probe,
+    merged_env,
+    owned_flag_errors,
+    speculator,
+    startup_probe,
+    tensor_parallel_size,
+    verifier_model,
+)
+
+VERSION = "0.5.23"
+DEFAULT_IMAGE = f"lmsysorg/sglang:v{VERSION}"
+PORT = 30000
+ALGORITHM = "EAGLE3"
+# Share of each GPU kept outside SGLang's static pool (weights + KV cache) for activations and the
+# CUDA graphs and tree-verify buffers of verifier *and* draft. Setting --mem-fraction-static to the
+# whole budget (0.9, as people carry over from vLLM's --gpu-memory-utilization) is the reported
+# OOM with EAGLE drafts; SGLang's own automatic value keeps >= 10 GB free on 80 GB GPUs.
+DRAFT_HEADROOM = 0.1
+
+OWNED_FLAGS: tuple[OwnedFlag, ...] = (
+    OwnedFlag(("--model-path", "--model"), "spec.verifier.model"),
+    OwnedFlag(("--revision",), "spec.verifier.revision"),
+    OwnedFlag(("--speculative-algorithm",), "spec.speculator.method"),
+    OwnedFlag(("--speculative-draft-model-path", "--speculative-draft-model"), "spec.speculator.model"),
+    OwnedFlag(("--speculative-draft-model-revision",), "spec.speculator.revision"),
+    OwnedFlag(
+        ("--speculative-num-steps",),
+        "spec.engine.sglang.numSteps or spec.speculator.numSpeculativeTokens",
+    ),
+    OwnedFlag(("--speculative-eagle-topk",), "spec.engine.sglang.eagleTopk"),
+    OwnedFlag(("--speculative-num-draft-tokens",), "spec.engine.sglang.numDraftTokens"),
+    OwnedFlag(("--tp-size", "--tensor-parallel-size", "--tp"), "spec.parallelism.tensor"),
+    OwnedFlag(("--port",), "spec.service.port (the container always listens on 30000)"),
+    OwnedFlag(("--host",), "nothing: the operator binds 0.0.0.0 for the Service and probes"),
+    OwnedFlag(
+        ("--mem-fraction-static",), "spec.engine.sglang.memFractionStatic or spec.gpuMemoryUtilization"
+    ),
+    OwnedFlag(("--context-length",), "spec.maxModelLen"),
+    OwnedFlag(("--served-model-name",), "spec.servedModelName"),
+    OwnedFlag(("--enable-metrics",), "nothing: metrics are always on (status reads acceptance from them)"),
+)
+
+
+def _options(spec: api.SpeculativeDeploymentSpec) -> api.SglangOptions:
+    return spec.engine.sglang or api.SglangOptions()
+
+
+def draft_shape(spec: api.SpeculativeDeploymentSpec) -> tuple[int, int, int]:
+    """(steps, top-k, draft tokens) as rendered; see the module docstring for the rule."""
+    options = _options(spec)
+    steps = options.num_steps if options.num_steps is not None else speculator(spec)[2]
+    if options.eagle_topk is None or options.num_draft_tokens is None:
+        return steps, 1, steps + 1
+    return steps, options.eagle_topk, options.num_draft_tokens
+
+
+def mem_fraction_static(spec: api.SpeculativeDeploymentSpec) -> float:
+    """``engine.sglang.memFractionStatic``, else ``gpuMemoryUtilization - DRAFT_HEADROOM``."""
+    options = _options(spec)
+    if options.mem_fraction_static is not None:
+        return options.mem_fraction_static
+    return round(spec.gpu_memory_utilization - DRAFT_HEADROOM, 2)
+
+
+class SglangEngine:
+    """The SGLang server (``sglang.launch_server``)."""
+
+    name: ClassVar[api.EngineName] = "sglang"
+    version: ClassVar[str] = VERSION
+    default_image: ClassVar[str] = DEFAULT_IMAGE
+    port: ClassVar[int] = PORT
+
+    def command(self, spec: api.SpeculativeDeploymentSpec) -> list[str]:
+        """The argv, in seed 003's order, with ``spec.engine.args`` last.
+
+        ``--tp-size`` is spelled out: the seed's ``--tp`` only works through argparse's prefix
+        matching and would break as soon as SGLang adds another ``--tp...`` flag.
+        """
+        spec_, draft, _ = speculator(spec)
+        steps, topk, draft_tokens = draft_shape(spec)
+        cmd = [
+            "python3", "-m", "sglang.launch_server",
+            "--model-path", verifier_model(spec),
+            "--speculative-algorithm", ALGORITHM,
+            "--speculative-draft-model-path", draft,
+        ]  # fmt: skip
+        if spec_.revision is not None:
+            cmd += ["--speculative-draft-model-revision", spec_.revision]
+        cmd += [
+            "--speculative-num-steps", str(steps),
+            "--speculative-eagle-topk", str(topk),
+            "--speculative-num-draft-tokens", str(draft_tokens),
+            "--tp-size", str(tensor_parallel_size(spec)),
+            "--host", HOST,
+            "--port", str(PORT),
+            "--mem-fraction-static", str(mem_fraction_static(spec)),
+        ]  # fmt: skip
+        if spec.max_model_len is not None:
+            cmd += ["--context-length", str(spec.max_model_len)]
+        if spec.served_model_name is not None:
+            cmd += ["--served-model-name", spec.served_model_name]
+        cmd.append("--enable-metrics")
+        if spec.verifier is not None and spec.verifier.revision is not None:
+            cmd += ["--revision", spec.verifier.revision]
+        return cmd + list(spec.engine.args)
+
+    def render(self, spec: api.SpeculativeDeploymentSpec) -> EngineLaunch:
+        """``/health`` for liveness; ``/health_generate`` (a one-token generation) gates traffic.
+
+        ``/health`` only says the HTTP server is up; ``/health_generate`` proves verifier and draft
+        produce a token. Its timeout exceeds SGLang's own 20 s health-check timeout so the engine,
+        not the kubelet, reports a stuck scheduler.
+        """
+        return EngineLaunch(
+            engine=self.name,
+            image=spec.engine.image or DEFAULT_IMAGE,
+            command=self.command(spec),
+            port=PORT,
+            startup_probe=startup_probe("/health_generate", PORT, timeout_s=30),
+            readiness_probe=http_probe(
+                "/health_generate", PORT, period_s=10, failure_threshold=3, timeout_s=30
+            ),
+            liveness_probe=http_probe("/health", PORT, period_s=15, failure_threshold=4, timeout_s=10),
+            metrics_path=METRICS_PATH,
+            env=merged_env({}, spec),
+        )
+
+    def validate(self, spec: api.SpeculativeDeploymentSpec) -> list[FieldError]:
+        """Draft shape and memory rules SGLang enforces late (or not at all), plus owned flags."""
+        errors = draft_tp_errors(spec, allow_one=False)
+        options = _options(spec)
+        if (options.eagle_topk is None) != (options.num_draft_tokens is None):
+            missing = "numDraftTokens" if options.num_draft_tokens is None else "eagleTopk"
+            errors.append(
+                FieldError(
+                    f"spec.engine.sglang.{missing}",
+                    "eagleTopk and numDraftTokens are set together, or both left unset "
+                    "(then the draft runs as a chain: top-k 1, steps + 1 draft tokens)",
+                )
+            )
+        elif options.num_steps is not None and options.eagle_topk is None:
+            errors.append(
+                FieldError(
+                    "spec.engine.sglang.numSteps",
+                    "numSteps, eagleTopk and numDraftTokens are set together; for a chain draft "
+                    "leave all three unset and set spec.speculator.numSpeculativeTokens",
+                )
+            )
+        steps_known = options.num_steps is not None or (
+            spec.speculator is not None and spec.speculator.num_speculative_tokens is not None
+        )
+        if steps_known and options.eagle_topk == 1 and options.num_draft_tokens is not None:
+            steps = draft_shape(spec)[0]
+            if options.num_draft_tokens != steps + 1:
+                errors.append(
+                    FieldError(
+                        "spec.engine.sglang.numDraftTokens",
+                        f"with eagleTopk 1 the draft is a chain: numDraftTokens must be steps + 1 = "
+                        f"{steps + 1} (SGLang would silently override {options.num_draft_tokens})",
+                    )
+                )
+        if options.mem_fraction_static is None and mem_fraction_static(spec) <= 0:
+            errors.append(
+                FieldError(
+                    "spec.gpuMemoryUtilization",
+                    f"SGLang keeps {DRAFT_HEADROOM} of each GPU outside its static pool for "
+                    "activations and the draft; raise gpuMemoryUtilization above that or set "
+                    "spec.engine.sglang.memFractionStatic",
+                )
+            )
+        return errors + owned_flag_errors(spec, OWNED_FLAGS)

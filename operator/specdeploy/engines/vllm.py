@@ -1,0 +1,119 @@
+"""vLLM: ``vllm serve <verifier> --speculative-config '<JSON>'``, the long form of seed 000.
+
+The long form (verifier positional, draft in the speculative config) is used rather than
+``vllm serve <speculator>`` because it names both models and the method explicitly: nothing is
+guessed from the draft's name or its embedded ``speculators_config``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+
+from specdeploy import api
+from specdeploy.engines.base import (
+    HOST,
+    METRICS_PATH,
+    EngineLaunch,
+    FieldError,
+    OwnedFlag,
+    draft_tp_errors,
+    http_probe,
+    merged_env,
+    owned_flag_errors,
+    speculator,
+    startup_probe,
+    tensor_parallel_size,
+    verifier_model,
+)
+
+VERSION = "0.33.0"
+DEFAULT_IMAGE = f"vllm/vllm-openai:v{VERSION}"
+PORT = 8000
+
+OWNED_FLAGS: tuple[OwnedFlag, ...] = (
+    OwnedFlag(("--model",), "spec.verifier.model"),
+    OwnedFlag(("--tensor-parallel-size", "-tp"), "spec.parallelism.tensor"),
+    OwnedFlag(
+        ("--speculative-config", "-sc", "--spec-model", "--spec-tokens", "--spec-method"),
+        "spec.speculator (model, revision, numSpeculativeTokens, draftTensorParallelSize)",
+    ),
+    OwnedFlag(("--port",), "spec.service.port (the container always listens on 8000)"),
+    OwnedFlag(("--host",), "nothing: the operator binds 0.0.0.0 for the Service and probes"),
+    OwnedFlag(("--revision",), "spec.verifier.revision"),
+    OwnedFlag(("--max-model-len",), "spec.maxModelLen"),
+    OwnedFlag(("--gpu-memory-utilization", "--device-memory-utilization"), "spec.gpuMemoryUtilization"),
+    OwnedFlag(("--served-model-name",), "spec.servedModelName"),
+    OwnedFlag(
+        ("--enable-expert-parallel", "--disable-expert-parallel", "-ep"),
+        "spec.engine.vllm.enableExpertParallel",
+    ),
+    OwnedFlag(("--kv-cache-dtype",), "spec.engine.vllm.kvCacheDtype"),
+)
+
+
+def speculative_config(spec: api.SpeculativeDeploymentSpec) -> dict[str, Any]:
+    """The ``--speculative-config`` object; ``method`` is always explicit so vLLM never guesses it.
+
+    ``tensor_parallel_size`` must never appear here (vLLM rejects it); the draft's TP goes in
+    ``draft_tensor_parallel_size``.
+    """
+    spec_, model, tokens = speculator(spec)
+    config: dict[str, Any] = {"method": spec_.method, "model": model, "num_speculative_tokens": tokens}
+    if spec_.revision is not None:
+        config["revision"] = spec_.revision
+    if spec_.draft_tensor_parallel_size is not None:
+        config["draft_tensor_parallel_size"] = spec_.draft_tensor_parallel_size
+    return config
+
+
+class VllmEngine:
+    """The vLLM OpenAI-compatible server."""
+
+    name: ClassVar[api.EngineName] = "vllm"
+    version: ClassVar[str] = VERSION
+    default_image: ClassVar[str] = DEFAULT_IMAGE
+    port: ClassVar[int] = PORT
+
+    def command(self, spec: api.SpeculativeDeploymentSpec) -> list[str]:
+        """The argv: seed 000's flags (``-tp`` spelled out), then the optional ones, ``engine.args`` last."""
+        config = json.dumps(speculative_config(spec), separators=(",", ":"))
+        cmd = [
+            "vllm", "serve", verifier_model(spec),
+            "--tensor-parallel-size", str(tensor_parallel_size(spec)),
+            "--speculative-config", config,
+            "--port", str(PORT),
+            "--host", HOST,
+        ]  # fmt: skip
+        if spec.verifier is not None and spec.verifier.revision is not None:
+            cmd += ["--revision", spec.verifier.revision]
+        if spec.max_model_len is not None:
+            cmd += ["--max-model-len", str(spec.max_model_len)]
+        # Always explicit: vLLM's own default moves between releases (0.9, then 0.92 in 0.33).
+        cmd += ["--gpu-memory-utilization", str(spec.gpu_memory_utilization)]
+        if spec.served_model_name is not None:
+            cmd += ["--served-model-name", spec.served_model_name]
+        options = spec.engine.vllm
+        if options is not None and options.enable_expert_parallel:
+            cmd.append("--enable-expert-parallel")
+        if options is not None and options.kv_cache_dtype is not None:
+            cmd += ["--kv-cache-dtype", options.kv_cache_dtype]
+        return cmd + list(spec.engine.args)
+
+    def render(self, spec: api.SpeculativeDeploymentSpec) -> EngineLaunch:
+        """vLLM's ``/health`` answers 200 once the engine serves and 503 when it is dead or draining."""
+        return EngineLaunch(
+            engine=self.name,
+            image=spec.engine.image or DEFAULT_IMAGE,
+            command=self.command(spec),
+            port=PORT,
+            startup_probe=startup_probe("/health", PORT, timeout_s=5),
+            readiness_probe=http_probe("/health", PORT, period_s=10, failure_threshold=3, timeout_s=5),
+            liveness_probe=http_probe("/health", PORT, period_s=15, failure_threshold=4, timeout_s=10),
+            metrics_path=METRICS_PATH,
+            env=merged_env({}, spec),
+        )
+
+    def validate(self, spec: api.SpeculativeDeploymentSpec) -> list[FieldError]:
+        """vLLM runs the draft at TP 1 or the verifier's TP; operator-owned flags stay out of args."""
+        return draft_tp_errors(spec, allow_one=True) + owned_flag_errors(spec, OWNED_FLAGS)

@@ -1,0 +1,500 @@
+"""Start, inspect and stop one sandbox: real control-plane processes on loopback.
+
+Each sandbox owns one state directory (certificates, etcd data, kubeconfig, logs, audit log and
+``state.json`` with the pid, start time and port of every process). Processes run detached in
+their own session so ``sandbox up`` can return while the cluster keeps running; ``down`` only
+signals pids whose start time still matches what was recorded, so a recycled pid is never hit.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from specdeploy.sandbox import binaries, nodes, pki
+
+SANDBOX_ENV = "SPECDEPLOY_SANDBOX"
+ROOT_ENV = "SPECDEPLOY_SANDBOX_ROOT"
+DEFAULT_NAME = "default"
+SERVICE_CIDR = "10.96.0.0/16"
+STATE_FILE = "state.json"
+WATCHDOG = "watchdog"
+# The control-plane processes, in start order; a sandbox is running when all of them are alive.
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+_AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [{"level": "Metadata"}],
+}
+
+
+class SandboxError(RuntimeError):
+    """The sandbox could not be started or stopped; the message says which process and why."""
+
+
+def default_name() -> str:
+    return os.environ.get(SANDBOX_ENV) or DEFAULT_NAME
+
+
+def sandboxes_root() -> Path:
+    override = os.environ.get(ROOT_ENV)
+    return Path(override) if override else binaries.cache_root() / "sandboxes"
+
+
+def pod_cidr(name: str) -> str:
+    """A /16 inside 127.0.0.0/8 per sandbox name, so two sandboxes never hand out the same pod IP."""
+    second = 42 if name == DEFAULT_NAME else 43 + zlib.crc32(name.encode()) % 200
+    return f"127.{second}.0.0/16"
+
+
+def free_ports(count: int) -> list[int]:
+    """Distinct free loopback ports (all held open together so none is handed out twice)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def port_is_free(port: int) -> bool:
+    """True when a server could listen on 127.0.0.1:port right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+            sock.listen(1)
+        except OSError:
+            return False
+    return True
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Fields after the parenthesised command name: state is [0], start time is [19].
+    return raw.rsplit(")", 1)[1].split()
+
+
+def process_start_time(pid: int) -> str | None:
+    stat = _proc_stat(pid)
+    return stat[19] if stat else None
+
+
+def pid_alive(pid: int, start_time: str | None = None) -> bool:
+    """Alive, not a zombie, and (when known) the same process that was recorded."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)  # reap our own exited children so they stop looking alive
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    stat = _proc_stat(pid)
+    if stat is None:
+        return sys.platform != "linux"
+    if stat[0] in ("Z", "X"):
+        return False
+    return start_time is None or stat[19] == start_time
+
+
+def rss_mib(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+@dataclass(frozen=True)
+class ComponentStatus:
+    name: str
+    pid: int
+    port: int | None
+    alive: bool
+    rss_mib: float | None
+
+
+@dataclass(frozen=True)
+class UpResult:
+    already_running: bool
+    seconds: float
+    kubeconfig: Path
+
+
+class Sandbox:
+    """One named sandbox and its state directory."""
+
+    def __init__(self, name: str | None = None, root: Path | None = None) -> None:
+        self.name = name or default_name()
+        self.root = root or sandboxes_root()
+        self.dir = self.root / self.name
+        self.kubeconfig = self.dir / "kubeconfig"
+        self.state_file = self.dir / STATE_FILE
+        self.logs = self.dir / "logs"
+        self.audit_log = self.dir / "audit.log"
+        self.pki = pki.Pki.in_dir(self.dir / "pki")
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def read_state(self) -> dict[str, Any] | None:
+        try:
+            state: dict[str, Any] = json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            return None
+        return state
+
+    def _write_state(self, state: dict[str, Any]) -> None:
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2) + "\n")
+        tmp.replace(self.state_file)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Serialise up/down of one sandbox between processes."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / f".{self.name}.lock", "w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            yield
+
+    def components(self) -> list[ComponentStatus]:
+        state = self.read_state() or {}
+        result = []
+        for name, info in state.get("processes", {}).items():
+            alive = pid_alive(info["pid"], info.get("start_time"))
+            rss = rss_mib(info["pid"]) if alive else None
+            result.append(ComponentStatus(name, info["pid"], info.get("port"), alive, rss))
+        return result
+
+    def is_running(self) -> bool:
+        """Every recorded control-plane process is alive."""
+        statuses = {c.name: c.alive for c in self.components()}
+        return all(statuses.get(name, False) for name in COMPONENTS)
+
+    def ports(self) -> list[int]:
+        state = self.read_state() or {}
+        return [port for p in state.get("processes", {}).values() for port in p.get("ports", [])]
+
+    def pod_cidr(self) -> str:
+        state = self.read_state() or {}
+        return str(state.get("pod_cidr") or pod_cidr(self.name))
+
+    # -- up ------------------------------------------------------------------------------------
+
+    def up(
+        self,
+        nodes_file: Path | None = None,
+        timeout: float = 180.0,
+        owner_pid: int | None = None,
+        log: TextIO = sys.stderr,
+    ) -> UpResult:
+        """Start the sandbox, or report the running one; returns once every node is Ready.
+
+        With ``owner_pid``, a watchdog stops the sandbox when that process exits, so a killed
+        test run does not leave a control plane behind.
+        """
+        started = time.monotonic()
+        with self._locked():
+            if self.is_running():
+                return UpResult(True, time.monotonic() - started, self.kubeconfig)
+            if self.read_state() is not None:
+                print(f"[specdeploy] sandbox {self.name!r} was partly stopped; cleaning it up", file=log)
+                self._stop(timeout=15.0)
+            specs = nodes.load_node_specs(nodes_file)
+            bins = binaries.ensure_binaries()
+            started = time.monotonic()  # the build (if any) reported its own progress
+            try:
+                self._start(bins, specs, timeout, log)
+                if owner_pid is not None:
+                    self._start_watchdog(owner_pid)
+            except BaseException:
+                self._stop(timeout=15.0)
+                raise
+        return UpResult(False, time.monotonic() - started, self.kubeconfig)
+
+    def _start(
+        self, bins: binaries.Binaries, specs: list[nodes.NodeSpec], timeout: float, log: TextIO
+    ) -> None:
+        deadline = time.monotonic() + timeout
+        self._clean_runtime()
+        self.logs.mkdir(parents=True, exist_ok=True)
+        keys = pki.generate(self.pki.ca_cert.parent)
+        etcd_port, etcd_peer, api_port, kcm_port, sched_port = free_ports(5)
+        cidr = pod_cidr(self.name)
+        state: dict[str, Any] = {
+            "name": self.name,
+            "kubernetes_version": binaries.KUBERNETES_VERSION,
+            "kwok_version": binaries.KWOK_VERSION,
+            "pod_cidr": cidr,
+            "server": f"https://127.0.0.1:{api_port}",
+            "kubeconfig": str(self.kubeconfig),
+            "processes": {},
+        }
+        self._write_state(state)
+        self._write_kubeconfig(keys, api_port)
+        audit_policy = self.dir / "audit-policy.yaml"
+        audit_policy.write_text(yaml.safe_dump(_AUDIT_POLICY))
+        kubeconfig = str(self.kubeconfig)
+
+        etcd_url = f"http://127.0.0.1:{etcd_port}"
+        peer_url = f"http://127.0.0.1:{etcd_peer}"
+        self._spawn(state, "etcd", etcd_port, [
+            str(bins.etcd), "--name=sandbox", f"--data-dir={self.dir / 'etcd'}",
+            f"--listen-client-urls={etcd_url}", f"--advertise-client-urls={etcd_url}",
+            f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster=sandbox={peer_url}", "--unsafe-no-fsync", "--log-level=warn",
+        ], extra_ports=(etcd_peer,))
+        self._wait(state, deadline, "etcd to report healthy", lambda: self._etcd_healthy(etcd_port))
+        print(f"[specdeploy] etcd is up on 127.0.0.1:{etcd_port}", file=log)
+
+        self._spawn(state, "kube-apiserver", api_port, [
+            str(bins.kube_apiserver), f"--etcd-servers={etcd_url}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={api_port}",
+            f"--tls-cert-file={keys.apiserver_cert}", f"--tls-private-key-file={keys.apiserver_key}",
+            f"--client-ca-file={keys.ca_cert}", "--authorization-mode=Node,RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={keys.service_account_pub}",
+            f"--service-account-signing-key-file={keys.service_account_key}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}", "--endpoint-reconciler-type=none",
+            "--allow-privileged=true", "--profiling=false", f"--cert-dir={self.dir / 'pki'}",
+            f"--audit-policy-file={audit_policy}", f"--audit-log-path={self.audit_log}",
+        ])
+        self._wait(state, deadline, "kube-apiserver /readyz", lambda: self._api_ready(api_port))
+        print(f"[specdeploy] kube-apiserver is ready on https://127.0.0.1:{api_port}", file=log)
+
+        client_flags = [
+            f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}", "--leader-elect=false", "--bind-address=127.0.0.1",
+        ]
+        self._spawn(state, "kube-controller-manager", kcm_port, [
+            str(bins.kube_controller_manager), *client_flags, f"--secure-port={kcm_port}",
+            f"--service-account-private-key-file={keys.service_account_key}",
+            f"--root-ca-file={keys.ca_cert}", f"--cluster-signing-cert-file={keys.ca_cert}",
+            f"--cluster-signing-key-file={keys.ca_key}", f"--service-cluster-ip-range={SERVICE_CIDR}",
+        ])
+        self._spawn(state, "kube-scheduler", sched_port, [
+            str(bins.kube_scheduler), *client_flags, f"--secure-port={sched_port}",
+        ])
+        self._spawn(state, "kwok", None, [
+            str(bins.kwok), f"--kubeconfig={kubeconfig}",
+            f"--manage-nodes-with-annotation-selector={nodes.KWOK_ANNOTATION}={nodes.KWOK_ANNOTATION_VALUE}",
+            # No --server-address and --node-port=0: kwok serves nothing (no exec/logs endpoints needed).
+            f"--cidr={cidr}", "--node-ip=127.0.0.1", "--node-port=0",
+        ])
+
+        core_v1 = nodes.core_v1_for(self.kubeconfig)
+        for spec in specs:
+            nodes.add_node(spec, core_v1=core_v1)
+        names = [spec.name for spec in specs]
+        def all_ready() -> bool:
+            ready = {n.metadata.name for n in core_v1.list_node().items if nodes.node_is_ready(n)}
+            return ready.issuperset(names)
+
+        self._wait(state, deadline, f"{len(names)} nodes to become Ready", all_ready)
+        print(f"[specdeploy] {len(names)} simulated nodes are Ready", file=log)
+
+    def _spawn(
+        self,
+        state: dict[str, Any],
+        name: str,
+        port: int | None,
+        argv: list[str],
+        extra_ports: tuple[int, ...] = (),
+    ) -> None:
+        with open(self.logs / f"{name}.log", "wb") as out:
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                cwd=self.dir, start_new_session=True, close_fds=True,
+            )
+        _CHILDREN[proc.pid] = proc
+        state["processes"][name] = {
+            "pid": proc.pid, "start_time": process_start_time(proc.pid), "port": port,
+            "ports": [p for p in (port, *extra_ports) if p],
+            "log": str(self.logs / f"{name}.log"),
+        }
+        self._write_state(state)
+
+    def _start_watchdog(self, owner_pid: int) -> None:
+        state = self.read_state() or {}
+        self._spawn(state, WATCHDOG, None, [
+            sys.executable, "-m", "specdeploy.sandbox.watchdog", self.name, str(self.root), str(owner_pid),
+        ])
+
+    def _wait(self, state: dict[str, Any], deadline: float, what: str, check: Callable[[], bool]) -> None:
+        """Poll ``check`` until it holds; fail fast with the log tail if a process died."""
+        last_error = ""
+        while True:
+            for name, info in state["processes"].items():
+                if not pid_alive(info["pid"], info.get("start_time")):
+                    raise SandboxError(f"{name} exited while waiting for {what}:\n{_tail(Path(info['log']))}")
+            try:
+                if check():
+                    return
+            except Exception as exc:
+                last_error = f" (last error: {exc})"
+            if time.monotonic() > deadline:
+                raise SandboxError(f"timed out waiting for {what}{last_error}; logs are in {self.logs}")
+            time.sleep(0.25)
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.pki.ca_cert))
+        context.load_cert_chain(str(self.pki.admin_cert), str(self.pki.admin_key))
+        return context
+
+    def _api_ready(self, port: int) -> bool:
+        try:
+            with urllib.request.urlopen(
+                f"https://127.0.0.1:{port}/readyz", context=self._ssl_context(), timeout=2
+            ) as response:
+                return bool(response.status == 200)
+        except urllib.error.HTTPError:
+            return False
+
+    @staticmethod
+    def _etcd_healthy(port: int) -> bool:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
+            return bool(json.loads(response.read()).get("health") == "true")
+
+    def _write_kubeconfig(self, keys: pki.Pki, port: int) -> None:
+        def b64(path: Path) -> str:
+            return base64.b64encode(path.read_bytes()).decode()
+
+        context = f"specdeploy-{self.name}"
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": context, "cluster": {
+                "server": f"https://127.0.0.1:{port}", "certificate-authority-data": b64(keys.ca_cert),
+            }}],
+            "users": [{"name": f"{context}-admin", "user": {
+                "client-certificate-data": b64(keys.admin_cert), "client-key-data": b64(keys.admin_key),
+            }}],
+            "contexts": [{"name": context, "context": {"cluster": context, "user": f"{context}-admin"}}],
+            "current-context": context,
+        }
+        self.kubeconfig.write_text(yaml.safe_dump(config, sort_keys=False))
+        self.kubeconfig.chmod(0o600)
+
+    # -- down ----------------------------------------------------------------------------------
+
+    def down(self, timeout: float = 20.0) -> list[int]:
+        """Stop every recorded process, check its port is free, remove the runtime state.
+
+        Returns the ports that were still busy after the bounded wait (empty on success).
+        Logs are kept in ``logs/`` for a post-mortem; the next ``up`` overwrites them.
+        """
+        with self._locked():
+            return self._stop(timeout)
+
+    def _stop(self, timeout: float) -> list[int]:
+        state = self.read_state() or {}
+        processes = state.get("processes", {})
+        live = [(name, info["pid"], info.get("start_time")) for name, info in processes.items()
+                if info["pid"] != os.getpid() and pid_alive(info["pid"], info.get("start_time"))]
+        # Clients first, then the apiserver, then etcd: an apiserver whose etcd is already gone
+        # spends ~10s retrying before it exits.
+        tiers = [
+            [(pid, start) for name, pid, start in live if name not in ("kube-apiserver", "etcd")],
+            [(pid, start) for name, pid, start in live if name == "kube-apiserver"],
+            [(pid, start) for name, pid, start in live if name == "etcd"],
+        ]
+        deadline = time.monotonic() + timeout
+        for tier in tiers:
+            _terminate(tier, deadline)
+        for _, pid, _ in live:
+            proc = _CHILDREN.pop(pid, None)
+            if proc is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=1)
+        ports = [port for p in processes.values() for port in p.get("ports", [])]
+        port_deadline = time.monotonic() + 5.0
+        busy = [p for p in ports if not port_is_free(p)]
+        while busy and time.monotonic() < port_deadline:
+            time.sleep(0.1)
+            busy = [p for p in busy if not port_is_free(p)]
+        still_alive = [pid for _, pid, start in live if pid_alive(pid, start)]
+        if still_alive:
+            raise SandboxError(f"processes {still_alive} of sandbox {self.name!r} survived SIGKILL")
+        self._clean_runtime()
+        return busy
+
+    def _clean_runtime(self) -> None:
+        if not self.dir.exists():
+            return
+        for entry in self.dir.iterdir():
+            if entry.name == "logs":
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+
+
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def _signal(pid: int, signum: int) -> None:
+    """Signal the process group each component leads (start_new_session), else just the pid."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, signum)
+        else:
+            os.kill(pid, signum)
+
+
+def _terminate(processes: list[tuple[int, str | None]], deadline: float) -> None:
+    """SIGTERM, wait until ``deadline``, then SIGKILL and wait (bounded) for the stragglers."""
+    for pid, _ in processes:
+        _signal(pid, signal.SIGTERM)
+    while any(pid_alive(pid, start) for pid, start in processes) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid, start in processes:
+        if pid_alive(pid, start):
+            _signal(pid, signal.SIGKILL)
+    kill_deadline = time.monotonic() + 5.0
+    while any(pid_alive(pid, start) for pid, start in processes) and time.monotonic() < kill_deadline:
+        time.sleep(0.05)
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return f"(no log at {path})"
+
+
+def existing_sandboxes(root: Path | None = None) -> list[str]:
+    """Names of sandboxes with a state file under ``root``."""
+    base = root or sandboxes_root()
+    if not base.is_dir():
+        return []
+    return sorted(p.name for p in base.iterdir() if (p / STATE_FILE).exists())

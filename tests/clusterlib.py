@@ -1,0 +1,88 @@
+"""Helpers for tests that talk to a real (sandbox) cluster: kubectl, bounded waits, diagnostics."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The cluster under test. ``pod_cidr``/``audit_log`` are None for a reused external cluster."""
+
+    kubeconfig: Path
+    pod_cidr: str | None
+    audit_log: Path | None
+
+
+class Kubectl:
+    """Runs the pinned kubectl against the cluster under test."""
+
+    def __init__(self, binary: str, kubeconfig: Path) -> None:
+        self.binary = binary
+        self.kubeconfig = kubeconfig
+
+    def run(
+        self, *args: str, input: str | None = None, namespace: str | None = None, timeout: float = 60.0
+    ) -> subprocess.CompletedProcess[str]:
+        argv = [self.binary, f"--kubeconfig={self.kubeconfig}"]
+        if namespace:
+            argv.append(f"--namespace={namespace}")
+        return subprocess.run(
+            [*argv, *args], input=input, capture_output=True, text=True, timeout=timeout, check=False
+        )
+
+    def __call__(
+        self, *args: str, input: str | None = None, namespace: str | None = None, timeout: float = 60.0
+    ) -> str:
+        """stdout of a kubectl command that must succeed."""
+        proc = self.run(*args, input=input, namespace=namespace, timeout=timeout)
+        if proc.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
+        return proc.stdout
+
+
+class WaitFor:
+    """Polls a predicate with a deadline; on timeout fails with a dump of the namespace and nodes."""
+
+    def __init__(self, kubectl: Kubectl, namespace: str | None) -> None:
+        self.kubectl = kubectl
+        self.namespace = namespace
+
+    def __call__(self, predicate: Callable[[], T | None], timeout: float = 60.0, describe: str = "") -> T:
+        deadline = time.monotonic() + timeout
+        last_error: Exception | None = None
+        while True:
+            try:
+                result = predicate()
+                if result:
+                    return result
+            except Exception as exc:
+                last_error = exc
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        detail = f"\nlast error: {last_error!r}" if last_error else ""
+        pytest.fail(
+            f"timed out after {timeout:.0f}s waiting for {describe or predicate}{detail}\n{self.snapshot()}",
+            pytrace=False,
+        )
+
+    def snapshot(self) -> str:
+        """What the cluster looked like: workloads and events of the namespace, and the nodes."""
+        commands = [("get", "nodes", "-o", "wide")]
+        if self.namespace:
+            commands.insert(0, ("get", "all,events", "-o", "wide", f"--namespace={self.namespace}"))
+        parts = []
+        for command in commands:
+            proc = self.kubectl.run(*command, timeout=30)
+            parts.append(f"$ kubectl {' '.join(command)}\n{proc.stdout}{proc.stderr}")
+        return "\n".join(parts)

@@ -1,0 +1,158 @@
+"""Parse an engine argv with the engine's own parser; run by the engine venv's interpreter.
+
+Reads ``{"engine": ..., "argvs": [[...], ...]}`` as JSON on stdin and prints one JSON object on a
+line starting with ``RESULT_MARKER`` (the engines log to stdout too): the parser's options and,
+per argv, whether it parsed, argparse's error otherwise, and the parsed values the tests check.
+Importing an engine takes seconds, so one process parses every argv. Only the standard library
+and the engine are importable here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import io
+import json
+import sys
+import typing
+from typing import Any
+
+RESULT_MARKER = "SPECDEPLOY-PARSE-RESULT "
+
+
+def _option_strings(parser: argparse.ArgumentParser) -> list[list[str]]:
+    """Each option's names (a flag and its aliases), so tests can see every spelling of it."""
+    return sorted(sorted(action.option_strings) for action in parser._actions if action.option_strings)
+
+
+def _parse(parser: argparse.ArgumentParser, args: list[str]) -> tuple[argparse.Namespace | None, str]:
+    """argparse reports errors by printing and exiting; capture both."""
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            return parser.parse_args(args), ""
+    except SystemExit:
+        return None, stderr.getvalue().strip()
+
+
+def _vllm_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """``vllm`` with its ``serve`` subcommand, built as the ``vllm`` CLI builds it."""
+    from vllm.entrypoints.cli.serve import ServeSubcommand  # type: ignore[import-not-found]
+    from vllm.utils.argparse_utils import FlexibleArgumentParser  # type: ignore[import-not-found]
+
+    top = FlexibleArgumentParser(prog="vllm")
+    subparsers = top.add_subparsers(dest="subparser")
+    return top, ServeSubcommand().subparser_init(subparsers)
+
+
+def _vllm(top: argparse.ArgumentParser, argv: list[str]) -> dict[str, Any]:
+    namespace, error = _parse(top, argv[1:])
+    result: dict[str, Any] = {"ok": namespace is not None, "error": error}
+    if namespace is not None:
+        values = vars(namespace)
+        result["values"] = {
+            "model": values.get("model_tag"),
+            "tensor_parallel_size": values.get("tensor_parallel_size"),
+            "speculative_config": values.get("speculative_config"),
+            "port": values.get("port"),
+            "host": values.get("host"),
+            "revision": values.get("revision"),
+            "max_model_len": values.get("max_model_len"),
+            "gpu_memory_utilization": values.get("gpu_memory_utilization"),
+            "served_model_name": values.get("served_model_name"),
+            "enable_expert_parallel": values.get("enable_expert_parallel"),
+            "kv_cache_dtype": values.get("kv_cache_dtype"),
+        }
+    return result
+
+
+def _literal_values(annotation: Any) -> list[str]:
+    """The strings a ``Literal`` (possibly inside ``Optional``) allows."""
+    if typing.get_origin(annotation) is typing.Literal:
+        return [str(value) for value in typing.get_args(annotation)]
+    return [value for arg in typing.get_args(annotation) for value in _literal_values(arg)]
+
+
+def _vllm_speculative_schema() -> dict[str, list[str]]:
+    """Field names of vLLM's SpeculativeConfig and the methods it accepts, to catch JSON typos."""
+    from vllm.config import SpeculativeConfig  # type: ignore[import-not-found]
+
+    hints = typing.get_type_hints(SpeculativeConfig)
+    return {
+        "fields": sorted(field.name for field in dataclasses.fields(SpeculativeConfig)),
+        "methods": _literal_values(hints["method"]),
+    }
+
+
+def _sglang_parser() -> argparse.ArgumentParser:
+    """The parser ``prepare_server_args`` builds, for its option strings and errors."""
+    from sglang.srt.server_args import ServerArgs  # type: ignore[import-not-found]
+
+    parser = argparse.ArgumentParser(prog="sglang")
+    ServerArgs.add_cli_args(parser)
+    return parser
+
+
+def _sglang(parser: argparse.ArgumentParser, argv: list[str]) -> dict[str, Any]:
+    """Parse ``python3 -m sglang.launch_server ARGS``, then build ServerArgs as the server does."""
+    from sglang.srt.server_args import prepare_server_args
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # type: ignore[import-not-found]
+
+    args = argv[3:]
+    namespace, error = _parse(parser, args)
+    result: dict[str, Any] = {"ok": namespace is not None, "error": error}
+    if namespace is None:
+        return result
+    try:
+        server_args = prepare_server_args(args)
+    except Exception as exc:  # the test reports SGLang's own complaint
+        result.update(ok=False, error=f"prepare_server_args: {exc!r}")
+        return result
+    algorithm = server_args.speculative_algorithm
+    result["values"] = {
+        name: getattr(server_args, name)
+        for name in (
+            "model_path",
+            "revision",
+            "speculative_algorithm",
+            "speculative_draft_model_path",
+            "speculative_draft_model_revision",
+            "speculative_num_steps",
+            "speculative_eagle_topk",
+            "speculative_num_draft_tokens",
+            "tp_size",
+            "host",
+            "port",
+            "mem_fraction_static",
+            "context_length",
+            "served_model_name",
+            "enable_metrics",
+        )
+    }
+    try:
+        result["algorithm"] = SpeculativeAlgorithm.from_string(algorithm).name if algorithm else None
+    except ValueError as exc:
+        result["algorithm"] = f"rejected: {exc}"
+    result["builtin_algorithms"] = [member.name for member in SpeculativeAlgorithm]
+    return result
+
+
+def main() -> None:
+    request = json.load(sys.stdin)
+    argvs: list[list[str]] = request["argvs"]
+    if request["engine"] == "vllm":
+        top, serve = _vllm_parser()
+        response = {
+            "options": _option_strings(serve),
+            "results": [_vllm(top, argv) for argv in argvs],
+            "speculative_config": _vllm_speculative_schema(),
+        }
+    else:
+        parser = _sglang_parser()
+        response = {"options": _option_strings(parser), "results": [_sglang(parser, argv) for argv in argvs]}
+    print(RESULT_MARKER + json.dumps(response, default=str), flush=True)
+
+
+if __name__ == "__main__":
+    main()

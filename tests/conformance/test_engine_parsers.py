@@ -1,0 +1,217 @@
+"""Rendered commands against the engines' own argument parsers, at the default images' versions.
+
+A misspelled or renamed flag, a JSON the engine reads differently, or an algorithm name the
+engine maps elsewhere fails here rather than in a CrashLoopBackOff on a GPU node. Each engine is
+imported once per session, in its cached venv, and parses every case below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from engine_venvs import install_timeout
+
+from specdeploy import api, engines
+from specdeploy.engines import sglang, vllm
+from specdeploy.engines.base import OwnedFlag
+
+ParseAll = Callable[[str, list[list[str]]], dict[str, Any]]
+
+# The first run installs the engines (minutes each); later runs reuse the venvs.
+pytestmark = pytest.mark.timeout(2 * install_timeout() + 600)
+
+PAIR_000: dict[str, Any] = {
+    "verifier": {"model": "Qwen/Qwen3-30B-A3B-Instruct-2507"},
+    "speculator": {
+        "model": "RedHatAI/Qwen3-30B-A3B-Instruct-2507-speculator.eagle3",
+        "numSpeculativeTokens": 3,
+    },
+    "parallelism": {"tensor": 1},
+}
+PAIR_003: dict[str, Any] = {
+    "verifier": {"model": "Qwen/Qwen3-Coder-30B-A3B-Instruct"},
+    "speculator": {
+        "model": "sgl-project/SGLang-EAGLE3-Qwen3-Coder-30B-A3B-Instruct",
+        "numSpeculativeTokens": 5,
+    },
+    "parallelism": {"tensor": 8},
+}
+EVERY_OPTION: dict[str, Any] = {
+    "verifier": {"model": "Qwen/Qwen3-30B-A3B-Instruct-2507", "revision": "0123abc"},
+    "speculator": {
+        "model": "RedHatAI/Qwen3-30B-A3B-Instruct-2507-speculator.eagle3",
+        "revision": "main",
+        "numSpeculativeTokens": 4,
+        "draftTensorParallelSize": 2,
+    },
+    "parallelism": {"tensor": 2},
+    "maxModelLen": 32768,
+    "gpuMemoryUtilization": 0.85,
+    "servedModelName": "qwen3-a3b",
+}
+
+VALID: dict[str, dict[str, dict[str, Any]]] = {
+    "vllm": {
+        "seed-000": PAIR_000,
+        "every-option": {
+            **EVERY_OPTION,
+            "engine": {
+                "vllm": {"enableExpertParallel": True, "kvCacheDtype": "fp8"},
+                "args": ["--max-num-seqs", "64", "--enable-prefix-caching"],
+            },
+        },
+    },
+    "sglang": {
+        "seed-003": {**PAIR_003, "engine": {"sglang": {"eagleTopk": 8, "numDraftTokens": 64}}},
+        "chain": {**PAIR_000, "engine": {"name": "sglang"}},
+        "every-option": {
+            **EVERY_OPTION,
+            "speculator": {**EVERY_OPTION["speculator"], "draftTensorParallelSize": 2},
+            "engine": {
+                "name": "sglang",
+                "sglang": {"numSteps": 6, "eagleTopk": 4, "numDraftTokens": 16, "memFractionStatic": 0.7},
+                "args": ["--max-running-requests", "32", "--chunked-prefill-size", "4096"],
+            },
+        },
+    },
+}
+OWNED: dict[str, tuple[OwnedFlag, ...]] = {"vllm": vllm.OWNED_FLAGS, "sglang": sglang.OWNED_FLAGS}
+
+
+def spec_of(raw: dict[str, Any], engine: str) -> api.SpeculativeDeploymentSpec:
+    engine_section = {"name": engine, **raw.get("engine", {})}
+    return api.SpeculativeDeploymentSpec.model_validate({**raw, "engine": engine_section})
+
+
+def cases(engine: str) -> Iterator[tuple[str, list[str]]]:
+    """Valid renders, then argvs each parser must refuse (a typo, and an unknown user flag)."""
+    for name, raw in VALID[engine].items():
+        yield name, engines.render(spec_of(raw, engine)).command
+    seed = next(iter(VALID[engine].values()))
+    seed_command = engines.render(spec_of(seed, engine)).command
+    yield "typo", [arg.replace("--speculative-", "--speculativ-") for arg in seed_command]
+    unknown = spec_of({**seed, "engine": {**seed.get("engine", {}), "args": ["--no-such-flag", "1"]}}, engine)
+    yield "unknown-flag", engines.render(unknown).command
+
+
+def parse_cases(parse_all: ParseAll, engine: str) -> dict[str, Any]:
+    """The engine's options and ``by_case``: name -> (argv, result); one engine process for all."""
+    named = dict(cases(engine))
+    response = dict(parse_all(engine, list(named.values())))
+    response["by_case"] = dict(zip(named, zip(named.values(), response["results"], strict=True), strict=True))
+    return response
+
+
+@pytest.fixture(params=["vllm", "sglang"])
+def parsed(request: pytest.FixtureRequest, parse_all: ParseAll) -> tuple[str, dict[str, Any]]:
+    engine: str = request.param
+    return engine, parse_cases(parse_all, engine)
+
+
+def flag_tokens(argv: list[str]) -> list[str]:
+    """Option names after the program part (``vllm serve MODEL`` / ``python3 -m MODULE``)."""
+    return [arg.split("=", 1)[0] for arg in argv[3:] if arg.startswith("-") and not arg[1:2].isdigit()]
+
+
+def test_every_valid_command_parses_with_exact_flag_names(parsed: tuple[str, dict[str, Any]]) -> None:
+    """Exact names: argparse would also accept an abbreviation, which breaks when a flag is added."""
+    engine, response = parsed
+    options = {name for group in response["options"] for name in group}
+    for case in VALID[engine]:
+        argv, result = response["by_case"][case]
+        assert result["ok"], f"{engine} {case}: {result['error']}\n{argv}"
+        inexact = [flag for flag in flag_tokens(argv) if flag not in options]
+        assert inexact == [], f"{engine} {case}: not exact option names of {engine}: {inexact}"
+
+
+def test_parser_refuses_bad_commands(parsed: tuple[str, dict[str, Any]]) -> None:
+    """The check has teeth: a misspelled operator flag and an unknown user flag are both refused."""
+    engine, response = parsed
+    for case in ("typo", "unknown-flag"):
+        _, result = response["by_case"][case]
+        assert not result["ok"], f"{engine} accepted the {case} command"
+        assert "unrecognized arguments" in result["error"] or "invalid choice" in result["error"]
+
+
+def test_owned_flags_cover_every_spelling(parsed: tuple[str, dict[str, Any]]) -> None:
+    """engine.args validation knows every alias of each flag the operator renders, and no stale name."""
+    engine, response = parsed
+    groups: list[list[str]] = response["options"]
+    options = {name for group in groups for name in group}
+    for flag in OWNED[engine]:
+        for name in flag.names:
+            # A name may be an abbreviation users type (sglang's --tp for --tp-size).
+            assert name in options or any(option.startswith(name) for option in options), (
+                f"{engine} has no option {name}"
+            )
+        for group in groups:
+            if set(group) & set(flag.names):
+                assert set(group) <= set(flag.names), f"{engine}: {flag.names} misses aliases {group}"
+
+
+def test_vllm_reads_what_was_meant(parse_all: ParseAll) -> None:
+    by_case = parse_cases(parse_all, "vllm")["by_case"]
+    for name, raw in VALID["vllm"].items():
+        spec = spec_of(raw, "vllm")
+        values = by_case[name][1]["values"]
+        assert spec.verifier is not None
+        assert values["model"] == spec.verifier.model, name
+        assert values["speculative_config"] == vllm.speculative_config(spec), name
+        assert values["tensor_parallel_size"] == spec.parallelism.tensor, name
+        assert (values["host"], values["port"]) == ("0.0.0.0", vllm.PORT), name
+        assert values["gpu_memory_utilization"] == spec.gpu_memory_utilization, name
+        assert values["max_model_len"] == spec.max_model_len, name
+        expected_name = [spec.served_model_name] if spec.served_model_name else None
+        assert values["served_model_name"] == expected_name, name
+
+
+def test_vllm_speculative_config_is_the_json_meant(parse_all: ParseAll) -> None:
+    """Exactly the intended keys, each a SpeculativeConfig field, and a method vLLM knows.
+
+    vLLM would only notice a misspelled key when it builds the config at startup, on the GPU node.
+    """
+    response = parse_cases(parse_all, "vllm")
+    schema, by_case = response["speculative_config"], response["by_case"]
+    seed = by_case["seed-000"][1]["values"]["speculative_config"]
+    assert seed == {
+        "method": "eagle3",
+        "model": "RedHatAI/Qwen3-30B-A3B-Instruct-2507-speculator.eagle3",
+        "num_speculative_tokens": 3,
+    }
+    full = by_case["every-option"][1]["values"]["speculative_config"]
+    assert set(full) == {
+        "method", "model", "num_speculative_tokens", "revision", "draft_tensor_parallel_size"
+    }  # fmt: skip
+    assert set(full) <= set(schema["fields"])
+    assert full["method"] in schema["methods"]
+
+
+def test_sglang_reads_what_was_meant(parse_all: ParseAll) -> None:
+    """ServerArgs holds the intended values, and EAGLE3 is SGLang's own EAGLE3 algorithm.
+
+    SGLang does not check --speculative-algorithm at parse time, so the value is looked up in its
+    SpeculativeAlgorithm enum here: exactly the EAGLE3 member, not an alias resolved to EAGLE.
+    """
+    by_case = parse_cases(parse_all, "sglang")["by_case"]
+    for name, raw in VALID["sglang"].items():
+        spec = spec_of(raw, "sglang")
+        result = by_case[name][1]
+        values = result["values"]
+        steps, topk, draft_tokens = sglang.draft_shape(spec)
+        assert spec.verifier is not None and spec.speculator is not None
+        assert result["algorithm"] == values["speculative_algorithm"] == sglang.ALGORITHM, name
+        assert sglang.ALGORITHM in result["builtin_algorithms"]
+        assert values["model_path"] == spec.verifier.model, name
+        assert values["revision"] == spec.verifier.revision, name
+        assert values["speculative_draft_model_path"] == spec.speculator.model, name
+        assert values["speculative_draft_model_revision"] == spec.speculator.revision, name
+        shape = (values["speculative_num_steps"], values["speculative_eagle_topk"])
+        assert (*shape, values["speculative_num_draft_tokens"]) == (steps, topk, draft_tokens), name
+        assert values["tp_size"] == spec.parallelism.tensor, name
+        assert (values["host"], values["port"]) == ("0.0.0.0", sglang.PORT), name
+        assert values["mem_fraction_static"] == sglang.mem_fraction_static(spec), name
+        assert values["context_length"] == spec.max_model_len, name
+        assert values["served_model_name"] == spec.served_model_name, name
+        assert values["enable_metrics"] is True, name

@@ -1,0 +1,89 @@
+"""Shared fixtures: one sandbox per test session, a namespace per test, kubectl and wait_for.
+
+Set SPECDEPLOY_TEST_KUBECONFIG to run the cluster suites against an already running cluster
+(e.g. `specdeploy sandbox up` in another terminal) instead of starting a sandbox per session.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from clusterlib import Cluster, Kubectl, WaitFor
+
+TESTS_DIR = Path(__file__).parent
+CLUSTER_SUITES = ("integration", "e2e")
+KUBECONFIG_ENV = "SPECDEPLOY_TEST_KUBECONFIG"
+KUBECTL_ENV = "SPECDEPLOY_KUBECTL"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Everything under tests/integration and tests/e2e needs the cluster: mark it so."""
+    for item in items:
+        relative = item.path.relative_to(TESTS_DIR) if item.path.is_relative_to(TESTS_DIR) else None
+        if relative is not None and relative.parts[0] in CLUSTER_SUITES:
+            item.add_marker(pytest.mark.cluster)
+
+
+@pytest.fixture(scope="session")
+def kubectl_binary() -> str:
+    """The kubectl of the pinned Kubernetes release (built once, cached), or $SPECDEPLOY_KUBECTL."""
+    override = os.environ.get(KUBECTL_ENV)
+    if override:
+        return override
+    from specdeploy.sandbox.binaries import ensure_kubectl
+
+    return str(ensure_kubectl())
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A running cluster for the whole session, stopped at the end even when tests fail."""
+    external = os.environ.get(KUBECONFIG_ENV)
+    if external:
+        yield Cluster(kubeconfig=Path(external), pod_cidr=None, audit_log=None)
+        return
+    from specdeploy.sandbox.cluster import Sandbox
+
+    root = tmp_path_factory.mktemp("sandboxes")
+    sandbox = Sandbox(f"pytest-{os.getpid()}", root)
+    try:
+        sandbox.up(owner_pid=os.getpid())
+        yield Cluster(sandbox.kubeconfig, sandbox.pod_cidr(), sandbox.audit_log)
+    finally:
+        sandbox.down()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def kubectl(kubectl_binary: str, cluster: Cluster) -> Kubectl:
+    return Kubectl(kubectl_binary, cluster.kubeconfig)
+
+
+@pytest.fixture
+def namespace(kubectl: Kubectl, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace named after the test, with its default ServiceAccount ready; deleted after."""
+    slug = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].rstrip("-")
+    name = f"{slug}-{secrets.token_hex(3)}"
+    kubectl("create", "namespace", name)
+    try:
+        # Pods are rejected until the serviceaccount controller has made "default".
+        WaitFor(kubectl, name)(
+            lambda: kubectl.run("get", "serviceaccount", "default", namespace=name).returncode == 0,
+            timeout=30,
+            describe=f"the default ServiceAccount in {name}",
+        )
+        yield name
+    finally:
+        kubectl.run("delete", "namespace", name, "--wait=false")
+
+
+@pytest.fixture
+def wait_for(kubectl: Kubectl, namespace: str) -> WaitFor:
+    return WaitFor(kubectl, namespace)

@@ -1,0 +1,250 @@
+"""Issue: SpeculativeDeployment v1alpha1 and the vLLM reconciler, end to end on the sandbox.
+
+Driven with kubectl as a user would; the operator runs as a real process (see conftest).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from clusterlib import Cluster, Kubectl, WaitFor
+from conftest import Operator
+
+pytestmark = pytest.mark.usefixtures("operator")
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "manifests" / "examples" / "qwen3-30b-a3b-instruct-2507-eagle3.yaml"
+SEED_SPECULATIVE_CONFIG = {
+    "model": "RedHatAI/Qwen3-30B-A3B-Instruct-2507-speculator.eagle3",
+    "num_speculative_tokens": 3,
+    "method": "eagle3",
+}
+
+
+def example(**spec_changes: Any) -> dict[str, Any]:
+    body: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    body["spec"].update(spec_changes)
+    return body
+
+
+def apply(kubectl: Kubectl, namespace: str, body: dict[str, Any]) -> None:
+    kubectl("apply", "-f", "-", input=json.dumps(body), namespace=namespace)
+
+
+def get(kubectl: Kubectl, namespace: str, *what: str) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(kubectl("get", *what, "-o", "json", namespace=namespace))
+    return result
+
+
+def condition(body: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    for cond in body.get("status", {}).get("conditions", []):
+        if cond["type"] == type_:
+            return dict(cond)
+    return None
+
+
+def ready(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any] | None:
+    body = get(kubectl, namespace, "sdep", name)
+    cond = condition(body, "Ready")
+    current = body["status"].get("observedGeneration") == body["metadata"]["generation"]
+    return body if cond and cond["status"] == "True" and current else None
+
+
+def container(deployment: dict[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = deployment["spec"]["template"]["spec"]["containers"][0]
+    return result
+
+
+def speculative_config(command: list[str]) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(command[command.index("--speculative-config") + 1])
+    return result
+
+
+def test_seed_example_becomes_ready_on_a_gpu_node(kubectl: Kubectl, namespace: str, wait_for: WaitFor) -> None:
+    apply(kubectl, namespace, example())
+    body = wait_for(lambda: ready(kubectl, namespace, "qwen3-30b-a3b-eagle3"), 90, "the example to be Ready")
+
+    deployment = get(kubectl, namespace, "deployment", "qwen3-30b-a3b-eagle3")
+    command = container(deployment)["command"]
+    # The seed's command: vllm serve <verifier> -tp 1 --speculative-config '{...}'
+    assert command[:3] == ["vllm", "serve", "Qwen/Qwen3-30B-A3B-Instruct-2507"]
+    assert command[command.index("--tensor-parallel-size") + 1] == "1"
+    assert speculative_config(command) == SEED_SPECULATIVE_CONFIG
+    assert command[command.index("--port") + 1] == "8000"
+    assert container(deployment)["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert body["status"]["command"] == command
+    assert body["status"]["verifier"] == "Qwen/Qwen3-30B-A3B-Instruct-2507"
+    assert body["status"]["endpoint"] == f"http://qwen3-30b-a3b-eagle3.{namespace}.svc:8000/v1"
+    assert condition(body, "PairingVerified")["status"] == "True"  # type: ignore[index]
+
+    owner = deployment["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["controller"]) == ("SpeculativeDeployment", body["metadata"]["name"], True)
+    pods = get(kubectl, namespace, "pods", "-l", "app.kubernetes.io/instance=qwen3-30b-a3b-eagle3")["items"]
+    assert len(pods) == 1
+    node = get(kubectl, "", "node", pods[0]["spec"]["nodeName"])
+    assert node["metadata"]["labels"]["nvidia.com/gpu.product"] == body["status"]["plan"]["gpuProduct"]
+    service = get(kubectl, namespace, "service", "qwen3-30b-a3b-eagle3")
+    assert service["spec"]["ports"][0]["port"] == 8000
+
+    events = get(kubectl, namespace, "events", "--field-selector", "involvedObject.name=qwen3-30b-a3b-eagle3")
+    assert any(e["reason"] == "Ready" for e in events["items"]), events
+
+    printed = kubectl("get", "sdep", "qwen3-30b-a3b-eagle3", namespace=namespace)
+    assert "Qwen/Qwen3-30B-A3B-Instruct-2507" in printed and "vllm" in printed
+
+
+def test_update_rolls_out_and_observed_generation_follows(
+    kubectl: Kubectl, namespace: str, wait_for: WaitFor
+) -> None:
+    apply(kubectl, namespace, example())
+    first = wait_for(lambda: ready(kubectl, namespace, "qwen3-30b-a3b-eagle3"), 90, "Ready")
+    kubectl(
+        "patch", "sdep", "qwen3-30b-a3b-eagle3", "--type=merge",
+        "-p", '{"spec": {"speculator": {"numSpeculativeTokens": 4}}}', namespace=namespace,
+    )
+    second = wait_for(lambda: ready(kubectl, namespace, "qwen3-30b-a3b-eagle3"), 90, "Ready after the update")
+    assert second["metadata"]["generation"] == first["metadata"]["generation"] + 1
+    assert second["status"]["observedGeneration"] == second["metadata"]["generation"]
+    deployment = get(kubectl, namespace, "deployment", "qwen3-30b-a3b-eagle3")
+    assert speculative_config(container(deployment)["command"])["num_speculative_tokens"] == 4
+    pods = get(kubectl, namespace, "pods", "-l", "app.kubernetes.io/instance=qwen3-30b-a3b-eagle3")["items"]
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    assert all(speculative_config(p["spec"]["containers"][0]["command"])["num_speculative_tokens"] == 4 for p in live)
+
+
+def test_scale_subresource(kubectl: Kubectl, namespace: str, wait_for: WaitFor) -> None:
+    apply(kubectl, namespace, example())
+    wait_for(lambda: ready(kubectl, namespace, "qwen3-30b-a3b-eagle3"), 90, "Ready")
+    kubectl("scale", "sdep/qwen3-30b-a3b-eagle3", "--replicas=2", namespace=namespace)
+    body = wait_for(
+        lambda: (b := ready(kubectl, namespace, "qwen3-30b-a3b-eagle3")) and b["status"]["readyReplicas"] == 2 and b,
+        90,
+        "two ready replicas",
+    )
+    assert body["status"]["replicas"] == 2
+    assert get(kubectl, namespace, "deployment", "qwen3-30b-a3b-eagle3")["spec"]["replicas"] == 2
+
+
+def test_drift_is_repaired(kubectl: Kubectl, namespace: str, wait_for: WaitFor) -> None:
+    apply(kubectl, namespace, example())
+    wait_for(lambda: ready(kubectl, namespace, "qwen3-30b-a3b-eagle3"), 90, "Ready")
+    original = container(get(kubectl, namespace, "deployment", "qwen3-30b-a3b-eagle3"))["command"]
+
+    patch = [{"op": "replace", "path": "/spec/template/spec/containers/0/command", "value": ["sleep", "inf"]}]
+    kubectl("patch", "deployment", "qwen3-30b-a3b-eagle3", "--type=json", "-p", json.dumps(patch), namespace=namespace)
+    started = time.monotonic()
+    wait_for(
+        lambda: container(get(kubectl, namespace, "deployment", "qwen3-30b-a3b-eagle3"))["command"] == original,
+        15,
+        "the edited command to be reverted",
+    )
+    reverted_after = time.monotonic() - started
+
+    kubectl("delete", "deployment", "qwen3-30b-a3b-eagle3", "--wait=false", namespace=namespace)
+    kubectl("delete", "service", "qwen3-30b-a3b-eagle3", "--wait=false", namespace=namespace)
+    wait_for(
+        lambda: (d := kubectl.run("get", "deployment", "qwen3-30b-a3b-eagle3", "-o", "json", namespace=namespace))
+        .returncode == 0 and not json.loads(d.stdout)["metadata"].get("deletionTimestamp")
+        and kubectl.run("get", "service", "qwen3-30b-a3b-eagle3", namespace=namespace).returncode == 0,
+        15,
+        "the deleted Deployment and Service to come back",
+    )
+    assert reverted_after < 15
+
+
+def test_deleting_the_resource_removes_every_child(kubectl: Kubectl, namespace: str, wait_for: WaitFor) -> None:
+    apply(kubectl, namespace, example())
+    wait_for(lambda: ready(kubectl, namespace, "qwen3-30b-a3b-eagle3"), 90, "Ready")
+    kubectl("delete", "sdep", "qwen3-30b-a3b-eagle3", namespace=namespace)
+    selector = "app.kubernetes.io/instance=qwen3-30b-a3b-eagle3"
+    wait_for(
+        lambda: not get(kubectl, namespace, "deployments,replicasets,pods,services", "-l", selector)["items"],
+        60,
+        "every child to be garbage-collected",
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"speculator": {"model": "RedHatAI/Qwen3-30B-A3B-Instruct-2507-speculator.eagle3",
+                         "numSpeculativeTokens": 0}}, "spec.speculator.numSpeculativeTokens"),
+        ({"engine": {"name": "tgi"}}, "spec.engine.name"),
+        ({"verifier": None, "speculator": None}, "spec.verifier"),
+        ({"replicas": -1}, "spec.replicas"),
+        ({"parallelism": {"tensor": 3}}, "spec.parallelism.tensor"),
+        ({"engine": {"name": "vllm", "sglang": {"numSteps": 5}}}, "spec.engine.sglang"),
+    ],
+    ids=["zero-tokens", "unknown-engine", "no-verifier", "negative-replicas", "tp-3", "sglang-knobs-on-vllm"],
+)
+def test_invalid_resources_are_rejected_naming_the_field(
+    kubectl: Kubectl, namespace: str, change: dict[str, Any], field: str
+) -> None:
+    body = example()
+    for key, value in change.items():
+        if value is None:
+            body["spec"].pop(key)
+        else:
+            body["spec"][key] = value
+    proc = kubectl.run("apply", "-f", "-", input=json.dumps(body), namespace=namespace)
+    assert proc.returncode != 0, proc.stdout
+    assert field in proc.stderr, proc.stderr
+    assert "qwen3-30b-a3b-eagle3" not in kubectl("get", "sdep", namespace=namespace)
+
+
+def _operator_writes(audit_log: Path, namespace: str, since: int) -> list[dict[str, Any]]:
+    """Audit events of mutating requests the operator sent in ``namespace`` after byte ``since``."""
+    writes = []
+    with open(audit_log, "rb") as handle:
+        handle.seek(since)
+        for line in handle:
+            event = json.loads(line)
+            if event.get("stage") != "ResponseComplete":
+                continue
+            if event.get("verb") not in ("create", "update", "patch", "delete", "deletecollection"):
+                continue
+            agent = event.get("userAgent", "")
+            if not agent.startswith(("specdeploy", "kopf")):
+                continue
+            if event.get("objectRef", {}).get("namespace") == namespace:
+                writes.append(event)
+    return writes
+
+
+def _reconciles(operator: Operator) -> float:
+    with urllib.request.urlopen(operator.metrics_url, timeout=5) as response:
+        text = response.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("specdeploy_reconciles_total{")
+    )
+
+
+def test_unchanged_resource_reconciles_with_zero_writes(
+    kubectl: Kubectl, namespace: str, wait_for: WaitFor, cluster: Cluster, operator: Operator
+) -> None:
+    if cluster.audit_log is None:
+        pytest.skip("needs the sandbox's audit log")
+    apply(kubectl, namespace, example())
+    wait_for(lambda: ready(kubectl, namespace, "qwen3-30b-a3b-eagle3"), 90, "Ready")
+    time.sleep(3)  # let the last status write and child events settle
+    mark = cluster.audit_log.stat().st_size
+    before = _reconciles(operator)
+    # Three events that each make the operator reconcile an unchanged resource: a label on the
+    # resource, and a label on each child (the children's watch triggers the parent).
+    kubectl("label", "sdep", "qwen3-30b-a3b-eagle3", "touched=1", namespace=namespace)
+    kubectl("annotate", "deployment", "qwen3-30b-a3b-eagle3", "touched=1", namespace=namespace)
+    kubectl("annotate", "service", "qwen3-30b-a3b-eagle3", "touched=1", namespace=namespace)
+    time.sleep(5)
+    writes = _operator_writes(cluster.audit_log, namespace, mark)
+    assert writes == [], [(w["verb"], w["objectRef"]) for w in writes]
+    # ...and the operator did see those events: it reconciled at least once per event.
+    assert _reconciles(operator) - before >= 3

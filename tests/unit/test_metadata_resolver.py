@@ -1,0 +1,257 @@
+"""MetadataResolver: local directories, catalog, inline configs, caching, and the real
+huggingface_hub download path against a loopback server speaking the Hub's file protocol."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+from pairing_support import write_tokenizer
+
+from specdeploy.metadata import MetadataResolver, MetadataUnavailable, RetryPolicy, metadata_from_config
+from specdeploy.pairing import check_pair
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+FAST = RetryPolicy(attempts=3, initial_delay=0.01, max_delay=0.02, request_timeout=1.0)
+
+VERIFIER_CONFIG = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "hidden_size": 64,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 10,
+}
+SPECULATOR_CONFIG = {
+    "architectures": ["Eagle3Speculator"],
+    "speculators_model_type": "eagle3",
+    "draft_vocab_size": 8,
+    "target_hidden_size": None,
+    "transformer_layer_config": {"hidden_size": 64, "vocab_size": 10, "num_hidden_layers": 1},
+    "speculators_config": {
+        "algorithm": "eagle3",
+        "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 4}],
+        "verifier": {"name_or_path": "hub-org/tiny-verifier", "architectures": ["Qwen3ForCausalLM"]},
+    },
+}
+
+
+class HubHandler(BaseHTTPRequestHandler):
+    """HEAD/GET /{repo}/resolve/{revision}/{filename}, with the headers huggingface_hub reads."""
+
+    protocol_version = "HTTP/1.1"
+    files: ClassVar[dict[tuple[str, str], bytes]] = {}
+    requests: ClassVar[list[tuple[str, str]]] = []
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+    def _answer(self, with_body: bool) -> None:
+        self.requests.append((self.command, self.path))
+        parts = self.path.split("?", 1)[0].strip("/").split("/")
+        if len(parts) < 5 or parts[2] != "resolve":
+            self._error(404, "RepoNotFound")
+            return
+        repo, revision, filename = "/".join(parts[:2]), parts[3], "/".join(parts[4:])
+        if not any(r == repo for r, _ in self.files):
+            self._error(404, "RepoNotFound")
+            return
+        if revision not in ("main", COMMIT):
+            self._error(404, "RevisionNotFound")
+            return
+        body = self.files.get((repo, filename))
+        if body is None:
+            self._error(404, "EntryNotFound")
+            return
+        self.send_response(200)
+        self.send_header("ETag", f'"{hashlib.sha256(body).hexdigest()}"')
+        self.send_header("X-Repo-Commit", COMMIT)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if with_body:
+            self.wfile.write(body)
+
+    def _error(self, status: int, code: str) -> None:
+        self.send_response(status)
+        self.send_header("X-Error-Code", code)
+        self.send_header("X-Repo-Commit", COMMIT)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_HEAD(self) -> None:
+        self._answer(with_body=False)
+
+    def do_GET(self) -> None:
+        self._answer(with_body=True)
+
+
+@pytest.fixture
+def hub(tmp_path: Path) -> Iterator[str]:
+    tok = write_tokenizer(tmp_path / "tok")
+    HubHandler.files = {
+        ("hub-org/tiny-verifier", "config.json"): json.dumps(VERIFIER_CONFIG).encode(),
+        ("hub-org/tiny-verifier", "model.safetensors.index.json"): json.dumps(
+            {"metadata": {"total_size": 123456789}, "weight_map": {}}
+        ).encode(),
+        ("hub-org/tiny-verifier", "tokenizer.json"): (tok / "tokenizer.json").read_bytes(),
+        ("hub-org/tiny-verifier", "tokenizer_config.json"): (tok / "tokenizer_config.json").read_bytes(),
+        ("hub-org/tiny-speculator.eagle3", "config.json"): json.dumps(SPECULATOR_CONFIG).encode(),
+        ("hub-org/tiny-speculator.eagle3", "model.safetensors"): b"\0" * 4096,
+        ("hub-org/broken", "config.json"): b"{not json",
+    }
+    HubHandler.requests = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), HubHandler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def test_hub_download_path_resolves_config_weights_and_tokenizer(hub: str, tmp_path: Path) -> None:
+    resolver = MetadataResolver(cache_dir=tmp_path / "hf-cache", retry=FAST)
+    verifier = resolver.resolve("hub-org/tiny-verifier", endpoint=hub, want_tokenizer=True)
+    assert verifier.source == "hub"
+    assert verifier.config["hidden_size"] == 64
+    assert verifier.weights_bytes == 123456789
+    assert verifier.tokenizer_dir is not None and (verifier.tokenizer_dir / "tokenizer.json").is_file()
+    assert COMMIT in str(verifier.tokenizer_dir)
+
+    speculator = resolver.resolve("hub-org/tiny-speculator.eagle3", COMMIT, endpoint=hub)
+    assert speculator.weights_bytes == 4096
+    assert any(f"/resolve/{COMMIT}/config.json" in path for _, path in HubHandler.requests)
+
+    seen = len(HubHandler.requests)
+    assert resolver.resolve("hub-org/tiny-verifier", endpoint=hub) is verifier
+    assert len(HubHandler.requests) == seen, "a cached model must not be refetched"
+
+    pytest.importorskip("jinja2")
+    report = check_pair(verifier, speculator, engine="vllm")
+    assert report.verified == "True", report.message
+    assert report.check("declaredVerifier").status == "Passed"
+    assert report.check("tokenizer").status == "Passed", report.check("tokenizer").message
+
+
+@pytest.mark.parametrize(
+    ("model", "revision", "reason"),
+    [
+        ("hub-org/missing", None, "ModelNotFound"),
+        ("hub-org/tiny-verifier", "no-such-branch", "ModelNotFound"),
+        ("hub-org/broken", None, "InvalidConfig"),
+    ],
+)
+def test_hub_errors_map_to_stable_reasons(
+    hub: str, tmp_path: Path, model: str, revision: str | None, reason: str
+) -> None:
+    resolver = MetadataResolver(cache_dir=tmp_path / "hf-cache", retry=FAST)
+    with pytest.raises(MetadataUnavailable) as caught:
+        resolver.resolve(model, revision, endpoint=hub)
+    assert caught.value.reason == reason
+    assert model in caught.value.message
+
+
+def test_not_found_is_cached_briefly(hub: str, tmp_path: Path) -> None:
+    now = [0.0]
+    resolver = MetadataResolver(cache_dir=tmp_path / "c", retry=FAST, negative_ttl=30, clock=lambda: now[0])
+    for _ in range(2):
+        with pytest.raises(MetadataUnavailable):
+            resolver.resolve("hub-org/missing", endpoint=hub)
+    assert len(HubHandler.requests) == 1
+    now[0] = 31.0
+    with pytest.raises(MetadataUnavailable):
+        resolver.resolve("hub-org/missing", endpoint=hub)
+    assert len(HubHandler.requests) == 2
+
+
+def test_offline_uses_the_local_hub_cache(hub: str, tmp_path: Path) -> None:
+    cache = tmp_path / "hf-cache"
+    MetadataResolver(cache_dir=cache, retry=FAST).resolve("hub-org/tiny-verifier", endpoint=hub)
+    seen = len(HubHandler.requests)
+    offline = MetadataResolver(cache_dir=cache, retry=FAST)
+    assert offline.resolve("hub-org/tiny-verifier", endpoint=hub, offline=True).config["vocab_size"] == 10
+    assert len(HubHandler.requests) == seen
+    with pytest.raises(MetadataUnavailable) as caught:
+        offline.resolve("hub-org/tiny-speculator.eagle3", endpoint=hub, offline=True)
+    assert caught.value.reason == "HubUnreachable"
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def test_unreachable_hub_is_reported_after_bounded_retries(tmp_path: Path) -> None:
+    sleeps: list[float] = []
+    resolver = MetadataResolver(cache_dir=tmp_path / "c", retry=FAST, sleep=sleeps.append)
+    started = time.monotonic()
+    with pytest.raises(MetadataUnavailable) as caught:
+        resolver.resolve("hub-org/tiny-verifier", endpoint=f"http://127.0.0.1:{_closed_port()}")
+    assert caught.value.reason == "HubUnreachable"
+    assert "hub-org/tiny-verifier" in caught.value.message and "3 attempts" in caught.value.message
+    assert sleeps == [0.01, 0.02]
+    assert time.monotonic() - started < 5
+
+
+def test_unreachable_hub_falls_back_to_the_catalog_for_a_pinned_revision(tmp_path: Path) -> None:
+    resolver = MetadataResolver(cache_dir=tmp_path / "c", retry=FAST)
+    found = resolver.resolve("Qwen/Qwen3-8B", "v1", endpoint=f"http://127.0.0.1:{_closed_port()}")
+    assert found.source == "catalog" and "Hub unreachable" in found.extra["note"]
+
+
+def test_default_retry_policy_stays_bounded() -> None:
+    policy = RetryPolicy()
+    assert policy.attempts == 3
+    assert sum(policy.delays()) + policy.attempts * policy.request_timeout < 10
+
+
+def test_catalog_answers_without_network_and_is_cached() -> None:
+    resolver = MetadataResolver()
+    first = resolver.resolve("qwen/qwen3-30b-a3b-instruct-2507")
+    assert first.source == "catalog" and first.weights_bytes == 61_100_000_000
+    assert first.model_id == "Qwen/Qwen3-30B-A3B-Instruct-2507"
+    assert resolver.resolve("qwen/qwen3-30b-a3b-instruct-2507") is first
+    assert resolver.peek("Qwen/Qwen3-8B") is not None
+    assert resolver.peek("hub-org/unknown") is None
+
+
+def test_cache_is_bounded() -> None:
+    resolver = MetadataResolver(max_entries=2)
+    for model in ("Qwen/Qwen3-8B", "Qwen/Qwen3-32B", "meta-llama/Llama-3.1-8B-Instruct"):
+        resolver.resolve(model)
+    assert len(resolver._cache) == 2
+
+
+def test_local_directory(tmp_path: Path) -> None:
+    model = tmp_path / "verifier"
+    write_tokenizer(model)
+    (model / "config.json").write_text(json.dumps(VERIFIER_CONFIG))
+    (model / "model-00001-of-00002.safetensors").write_bytes(b"\0" * 100)
+    (model / "model-00002-of-00002.safetensors").write_bytes(b"\0" * 50)
+    found = MetadataResolver().resolve(str(model))
+    assert (found.source, found.weights_bytes, found.tokenizer_dir) == ("local", 150, model)
+    with pytest.raises(MetadataUnavailable) as caught:
+        MetadataResolver().resolve(str(tmp_path / "nowhere"))
+    assert caught.value.reason == "ModelNotFound"
+
+
+def test_inline_config() -> None:
+    meta = metadata_from_config("org/model", json.dumps(VERIFIER_CONFIG))
+    assert (meta.source, meta.config["hidden_size"]) == ("configmap", 64)
+    for bad in ("{", "[1]", "{}"):
+        with pytest.raises(MetadataUnavailable) as caught:
+            metadata_from_config("org/model", bad)
+        assert caught.value.reason == "InvalidConfig" and "org/model" in caught.value.message
