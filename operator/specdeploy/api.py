@@ -37,9 +37,7 @@ def _cel(rule: str, message: str, field_path: str | None = None) -> JsonDict:
 class _Model(BaseModel):
     """camelCase on the wire, snake_case in Python, immutable once parsed."""
 
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, frozen=True, extra="forbid"
-    )
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True, extra="forbid")
 
 
 class Verifier(_Model):
@@ -48,7 +46,7 @@ class Verifier(_Model):
     model: str = Field(
         min_length=1,
         max_length=256,
-        description="Hugging Face model id (org/name) of the verifier, e.g. Qwen/Qwen3-30B-A3B-Instruct-2507.",
+        description="Hugging Face model id (org/name) of the verifier, e.g. Qwen/Qwen3-8B.",
     )
     revision: str | None = Field(
         default=None, max_length=128, description="Branch, tag or commit of the verifier. Default: main."
@@ -67,7 +65,9 @@ class Speculator(_Model):
             "speculator for the verifier and engine is used and shown in status."
         ),
     )
-    revision: str | None = Field(default=None, max_length=128, description="Branch, tag or commit of the draft.")
+    revision: str | None = Field(
+        default=None, max_length=128, description="Branch, tag or commit of the draft."
+    )
     method: Literal["eagle3"] = Field(
         default="eagle3", description="Speculative decoding method. Only EAGLE-3 drafts are supported."
     )
@@ -92,8 +92,10 @@ class Speculator(_Model):
 class EnvVar(_Model):
     """A plain environment variable for the engine container (secrets go through modelAccess)."""
 
-    name: str = Field(min_length=1, max_length=256, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
-    value: str = Field(default="", max_length=4096)
+    name: str = Field(
+        min_length=1, max_length=256, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$", description="Variable name."
+    )
+    value: str = Field(default="", max_length=4096, description="Variable value.")
 
 
 class VllmOptions(_Model):
@@ -129,7 +131,10 @@ class SglangOptions(_Model):
     )
 
     num_steps: int | None = Field(
-        default=None, ge=1, le=16, description="--speculative-num-steps; overrides speculator.numSpeculativeTokens."
+        default=None,
+        ge=1,
+        le=16,
+        description="--speculative-num-steps; overrides speculator.numSpeculativeTokens.",
     )
     eagle_topk: int | None = Field(default=None, ge=1, le=64, description="--speculative-eagle-topk.")
     num_draft_tokens: int | None = Field(
@@ -152,17 +157,25 @@ class Engine(_Model):
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
-                _cel("!has(self.sglang) || self.name == 'sglang'",
-                     "engine.sglang is only valid with engine.name sglang", ".sglang"),
-                _cel("!has(self.vllm) || self.name == 'vllm'",
-                     "engine.vllm is only valid with engine.name vllm", ".vllm"),
+                _cel(
+                    "!has(self.sglang) || self.name == 'sglang'",
+                    "engine.sglang is only valid with engine.name sglang",
+                    ".sglang",
+                ),
+                _cel(
+                    "!has(self.vllm) || self.name == 'vllm'",
+                    "engine.vllm is only valid with engine.name vllm",
+                    ".vllm",
+                ),
             ]
         }
     )
 
     name: EngineName = Field(default="vllm", description="Inference engine: vllm or sglang.")
     image: str | None = Field(
-        default=None, max_length=512, description="Engine container image. Default: the pinned image for the engine."
+        default=None,
+        max_length=512,
+        description="Engine container image. Default: the pinned image for the engine.",
     )
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
         default="IfNotPresent", description="Pull policy of the engine image."
@@ -231,7 +244,9 @@ class ModelAccess(_Model):
     endpoint: str | None = Field(
         default=None, max_length=512, description="Hub endpoint (HF_ENDPOINT) for a mirror."
     )
-    offline: bool = Field(default=False, description="Set HF_HUB_OFFLINE=1: models must already be in the cache.")
+    offline: bool = Field(
+        default=False, description="Set HF_HUB_OFFLINE=1: models must already be in the cache."
+    )
 
 
 class ModelCache(_Model):
@@ -240,8 +255,11 @@ class ModelCache(_Model):
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
-                _cel("!(has(self.claimName) && has(self.sizeLimit))",
-                     "modelCache takes claimName or sizeLimit, not both", ".claimName")
+                _cel(
+                    "!(has(self.claimName) && has(self.sizeLimit))",
+                    "modelCache takes claimName or sizeLimit, not both",
+                    ".claimName",
+                )
             ]
         }
     )
@@ -273,20 +291,24 @@ class Scheduling(_Model):
 
     node_selector: dict[str, str] = Field(default_factory=dict, description="Extra node selector labels.")
     tolerations: list[Toleration] = Field(
-        default_factory=list, max_length=32, description="Extra tolerations (the GPU taint is tolerated already)."
+        default_factory=list,
+        max_length=32,
+        description="Extra tolerations (the GPU taint is tolerated already).",
     )
     affinity: dict[str, Any] | None = Field(
         default=None, description="core/v1 Affinity merged with the plan's GPU product node affinity."
     )
-    priority_class_name: str | None = Field(default=None, max_length=253)
-    runtime_class_name: str | None = Field(default=None, max_length=253)
+    priority_class_name: str | None = Field(default=None, max_length=253, description="PriorityClass of the pods.")
+    runtime_class_name: str | None = Field(
+        default=None, max_length=253, description="RuntimeClass of the pods (e.g. nvidia)."
+    )
 
 
 class PodMetadata(_Model):
     """Labels and annotations added to engine pods."""
 
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict, description="Extra pod labels.")
+    annotations: dict[str, str] = Field(default_factory=dict, description="Extra pod annotations.")
 
 
 class Resources(_Model):
@@ -295,22 +317,26 @@ class Resources(_Model):
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
-                _cel("(!has(self.requests) || !('nvidia.com/gpu' in self.requests)) && "
-                     "(!has(self.limits) || !('nvidia.com/gpu' in self.limits))",
-                     "nvidia.com/gpu is set from the tensor-parallel plan; use parallelism.tensor")
+                _cel(
+                    "(!has(self.requests) || !('nvidia.com/gpu' in self.requests)) && "
+                    "(!has(self.limits) || !('nvidia.com/gpu' in self.limits))",
+                    "nvidia.com/gpu is set from the tensor-parallel plan; use parallelism.tensor",
+                )
             ]
         }
     )
 
-    requests: dict[str, str] = Field(default_factory=dict)
-    limits: dict[str, str] = Field(default_factory=dict)
+    requests: dict[str, str] = Field(default_factory=dict, description="Requests, e.g. cpu: 8, memory: 64Gi.")
+    limits: dict[str, str] = Field(default_factory=dict, description="Limits, e.g. memory: 128Gi.")
 
 
 class Service(_Model):
     """The Service in front of the engine pods."""
 
-    type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(default="ClusterIP")
-    port: int | None = Field(default=None, ge=1, le=65535, description="Service port. Default: the engine's port.")
+    type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(default="ClusterIP", description="Service type.")
+    port: int | None = Field(
+        default=None, ge=1, le=65535, description="Service port. Default: the engine's port."
+    )
 
 
 class Pairing(_Model):
@@ -355,7 +381,10 @@ class SpeculativeDeploymentSpec(_Model):
     parallelism: Parallelism = Field(default_factory=Parallelism, json_schema_extra={"default": {}})
     replicas: int = Field(default=1, ge=0, le=1024, description="Number of engine pods (each a full pair).")
     max_model_len: int | None = Field(
-        default=None, ge=128, le=10_485_760, description="Maximum context length (tokens). Default: the model's."
+        default=None,
+        ge=128,
+        le=10_485_760,
+        description="Maximum context length (tokens). Default: the model's.",
     )
     gpu_memory_utilization: float = Field(
         default=0.9, gt=0, le=1, description="Fraction of each GPU's memory the engine may use."

@@ -53,7 +53,9 @@ def owner_reference(owner: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _metadata(name: str, namespace: str, labels: dict[str, str], owner: dict[str, Any] | None) -> dict[str, Any]:
+def _metadata(
+    name: str, namespace: str, labels: dict[str, str], owner: dict[str, Any] | None
+) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels}
     if owner is not None:
         meta["ownerReferences"] = [owner_reference(owner)]
@@ -82,7 +84,10 @@ def _env(spec: api.SpeculativeDeploymentSpec, launch: EngineLaunch) -> list[dict
 def _volumes(spec: api.SpeculativeDeploymentSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     cache = spec.model_cache
     if cache.claim_name:
-        cache_volume: dict[str, Any] = {"name": "model-cache", "persistentVolumeClaim": {"claimName": cache.claim_name}}
+        cache_volume: dict[str, Any] = {
+            "name": "model-cache",
+            "persistentVolumeClaim": {"claimName": cache.claim_name},
+        }
     else:
         empty_dir: dict[str, Any] = {}
         if cache.size_limit:
@@ -102,7 +107,9 @@ def _resources(spec: api.SpeculativeDeploymentSpec, gpus: int) -> dict[str, Any]
     return {"requests": requests, "limits": limits}
 
 
-def _merge_affinity(user: dict[str, Any] | None, required_terms: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _merge_affinity(
+    user: dict[str, Any] | None, required_terms: list[dict[str, Any]]
+) -> dict[str, Any] | None:
     """AND the plan's node requirements into every term the user gave (or make one term)."""
     if not required_terms:
         return user
@@ -142,14 +149,19 @@ def build_deployment(
         "imagePullPolicy": spec.engine.image_pull_policy,
         "command": launch.command,
         "ports": [{"name": "http", "containerPort": launch.port, "protocol": "TCP"}],
-        "env": _env(spec, launch),
         "resources": _resources(spec, placement["gpus"]),
         "volumeMounts": mounts,
         "startupProbe": launch.startup_probe,
         "readinessProbe": launch.readiness_probe,
         "livenessProbe": launch.liveness_probe,
     }
-    tolerations = [*placement["tolerations"], *(t.model_dump(by_alias=True, exclude_none=True) for t in spec.scheduling.tolerations)]
+    env = _env(spec, launch)
+    if env:
+        container["env"] = env
+    tolerations = [
+        *placement["tolerations"],
+        *(t.model_dump(by_alias=True, exclude_none=True) for t in spec.scheduling.tolerations),
+    ]
     pod_spec: dict[str, Any] = {
         "containers": [container],
         "volumes": volumes,

@@ -51,7 +51,9 @@ def _certificate(
     )
 
 
-def serving_certificate(directory: Path, hosts: list[str], name: str = "specdeploy-webhook") -> ServingCertificate:
+def serving_certificate(
+    directory: Path, hosts: list[str], name: str = "specdeploy-webhook"
+) -> ServingCertificate:
     """Write ca.crt, tls.crt and tls.key valid for ``hosts`` (IP addresses or DNS names)."""
     directory.mkdir(parents=True, exist_ok=True)
     ca_key = ec.generate_private_key(ec.SECP256R1())

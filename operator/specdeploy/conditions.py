@@ -43,9 +43,9 @@ def merge(
         changed = previous is None or previous.get("status") != cond.status
         when = now() if changed or previous is None else previous.get("lastTransitionTime") or now()
         merged.append(
-            cond.model_copy(update={"last_transition_time": when, "observed_generation": generation}).model_dump(
-                by_alias=True, exclude_none=True
-            )
+            cond.model_copy(
+                update={"last_transition_time": when, "observed_generation": generation}
+            ).model_dump(by_alias=True, exclude_none=True)
         )
         if previous is None or changed or previous.get("reason") != cond.reason:
             transitions.append(Transition(cond.type, cond.status, cond.reason, cond.message))

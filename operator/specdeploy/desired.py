@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +37,9 @@ class Result:
     retry: bool = False
 
 
-def _blocked(reason: str, message: str, conds: list[Condition], fields: dict[str, Any], retry: bool = False) -> Result:
+def _blocked(
+    reason: str, message: str, conds: list[Condition], fields: dict[str, Any], retry: bool = False
+) -> Result:
     return Result(blocked=True, conditions=conds, reason=reason, message=message, fields=fields, retry=retry)
 
 
@@ -95,8 +97,12 @@ def compute(
         return _blocked(outcome.reason, outcome.message, [pairing_cond, sched], fields)
     plan = outcome.plan
     sched = _cond(conditions.SCHEDULABLE, "True", outcome.reason, plan.reason)
+    # The engine gets the context length the KV cache was planned for, not the model's maximum.
     effective = effective.model_copy(
-        update={"parallelism": effective.parallelism.model_copy(update={"tensor": plan.tensor_parallel_size})}
+        update={
+            "parallelism": effective.parallelism.model_copy(update={"tensor": plan.tensor_parallel_size}),
+            "max_model_len": effective.max_model_len or plan.max_model_len,
+        }
     )
     errors = engine.validate(effective)
     if errors:
@@ -153,15 +159,21 @@ def _deployment_matches(result: Result, deployment: dict[str, Any] | None) -> bo
     return not drift.needs_apply(drift.stamped(result.deployment), deployment)
 
 
-def lifecycle_conditions(result: Result, deployment: dict[str, Any] | None, spec_replicas: int) -> list[Condition]:
+def lifecycle_conditions(
+    result: Result, deployment: dict[str, Any] | None, spec_replicas: int
+) -> list[Condition]:
     """Ready, Progressing and Degraded from the pipeline result and the Deployment's rollout."""
     replicas, ready, _, done = _rollout(deployment, spec_replicas)
     if result.blocked:
         serving = ready > 0
         note = f"; the previous Deployment keeps serving ({ready} ready)" if serving else ""
         return [
-            _cond(conditions.READY, "True" if serving else "False", result.reason if not serving else "PreviousVersionServing",
-                  result.message + note),
+            _cond(
+                conditions.READY,
+                "True" if serving else "False",
+                result.reason if not serving else "PreviousVersionServing",
+                result.message + note,
+            ),
             _cond(conditions.PROGRESSING, "False", result.reason, result.message),
             _cond(conditions.DEGRADED, "True", result.reason, result.message + note),
         ]
@@ -175,11 +187,19 @@ def lifecycle_conditions(result: Result, deployment: dict[str, Any] | None, spec
         ]
     failure = _deployment_failure(deployment)
     return [
-        _cond(conditions.READY, "True" if ready >= spec_replicas > 0 else "False",
-              "Ready" if ready >= spec_replicas > 0 else "WaitingForReplicas", counts),
+        _cond(
+            conditions.READY,
+            "True" if ready >= spec_replicas > 0 else "False",
+            "Ready" if ready >= spec_replicas > 0 else "WaitingForReplicas",
+            counts,
+        ),
         _cond(conditions.PROGRESSING, "True", "RollingOut" if replicas else "Starting", counts),
-        _cond(conditions.DEGRADED, "True" if failure else "False", "RolloutFailed" if failure else "AsExpected",
-              failure or ""),
+        _cond(
+            conditions.DEGRADED,
+            "True" if failure else "False",
+            "RolloutFailed" if failure else "AsExpected",
+            failure or "",
+        ),
     ]
 
 
@@ -216,9 +236,11 @@ def status_for(
         "updatedReplicas": updated,
         "conditions": merged,
     }
-    unchanged = conditions.same(current.get("conditions") or [], merged) and all(
-        current.get(k) == v for k, v in desired.items() if k != "conditions"
-    ) and not (set(current) - set(desired) - {"acceptance"})
+    unchanged = (
+        conditions.same(current.get("conditions") or [], merged)
+        and all(current.get(k) == v for k, v in desired.items() if k != "conditions")
+        and not (set(current) - set(desired) - {"acceptance"})
+    )
     if unchanged:
         return None, []
     patch: dict[str, Any] = {k: None for k in current if k not in desired and k != "acceptance"}

@@ -110,7 +110,9 @@ def resources(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> di
 
 
 @kopf.index("apps", "v1", "deployments", labels=MANAGED)
-def child_deployments(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Key, dict[str, Any]]:
+def child_deployments(
+    namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[Key, dict[str, Any]]:
     return {(namespace, name): dict(body)}
 
 
@@ -125,7 +127,9 @@ def gpu_nodes(name: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]
 
 
 def _nodes(indices: dict[str, kopf.Index[Any, Any]]) -> list[dict[str, Any]]:
-    return [node for name in indices["gpu_nodes"] if (node := _latest(indices["gpu_nodes"], name)) is not None]
+    return [
+        node for name in indices["gpu_nodes"] if (node := _latest(indices["gpu_nodes"], name)) is not None
+    ]
 
 
 def _latest(index: kopf.Index[Any, Any], key: Any) -> Any:
@@ -142,7 +146,9 @@ async def _reconcile(key: Key, indices: dict[str, kopf.Index[Any, Any]], logger:
             _forget(key)
             return
         inventory = gpus.inventory_from_nodes(_nodes(indices))
-        result = await asyncio.to_thread(desired.compute, body, STATE.resolver, inventory, kube.configmap_reader)
+        result = await asyncio.to_thread(
+            desired.compute, body, STATE.resolver, inventory, kube.configmap_reader
+        )
         deployment = _latest(indices["child_deployments"], key)
         service = _latest(indices["child_services"], key)
         if not result.blocked:

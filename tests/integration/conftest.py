@@ -50,7 +50,9 @@ def _free_ports(count: int) -> list[int]:
 @pytest.fixture(scope="session")
 def crd(kubectl: Kubectl) -> None:
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
-    kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/speculativedeployments.specdeploy.io")
+    kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s", "crd/speculativedeployments.specdeploy.io"
+    )
 
 
 @pytest.fixture(scope="session")
@@ -59,12 +61,25 @@ def operator(cluster: Cluster, crd: None, tmp_path_factory: pytest.TempPathFacto
     workdir = tmp_path_factory.mktemp("operator")
     log = workdir / "operator.log"
     argv = [
-        sys.executable, "-m", "specdeploy", "run",
-        "--probe-address", "127.0.0.1", "--probe-port", str(probe),
-        "--metrics-port", str(metrics),
-        "--webhook-address", "127.0.0.1", "--webhook-port", str(webhook),
-        "--webhook-host", "127.0.0.1", "--webhook-configure",
-        "--webhook-cert-dir", str(workdir / "tls"),
+        sys.executable,
+        "-m",
+        "specdeploy",
+        "run",
+        "--probe-address",
+        "127.0.0.1",
+        "--probe-port",
+        str(probe),
+        "--metrics-port",
+        str(metrics),
+        "--webhook-address",
+        "127.0.0.1",
+        "--webhook-port",
+        str(webhook),
+        "--webhook-host",
+        "127.0.0.1",
+        "--webhook-configure",
+        "--webhook-cert-dir",
+        str(workdir / "tls"),
     ]
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
     with open(log, "wb") as out:

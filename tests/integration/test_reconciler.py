@@ -67,7 +67,9 @@ def speculative_config(command: list[str]) -> dict[str, Any]:
     return result
 
 
-def test_seed_example_becomes_ready_on_a_gpu_node(kubectl: Kubectl, namespace: str, wait_for: WaitFor) -> None:
+def test_seed_example_becomes_ready_on_a_gpu_node(
+    kubectl: Kubectl, namespace: str, wait_for: WaitFor
+) -> None:
     apply(kubectl, namespace, example())
     body = wait_for(lambda: ready(kubectl, namespace, "qwen3-30b-a3b-eagle3"), 90, "the example to be Ready")
 
@@ -85,7 +87,11 @@ def test_seed_example_becomes_ready_on_a_gpu_node(kubectl: Kubectl, namespace: s
     assert condition(body, "PairingVerified")["status"] == "True"  # type: ignore[index]
 
     owner = deployment["metadata"]["ownerReferences"][0]
-    assert (owner["kind"], owner["name"], owner["controller"]) == ("SpeculativeDeployment", body["metadata"]["name"], True)
+    assert (owner["kind"], owner["name"], owner["controller"]) == (
+        "SpeculativeDeployment",
+        body["metadata"]["name"],
+        True,
+    )
     pods = get(kubectl, namespace, "pods", "-l", "app.kubernetes.io/instance=qwen3-30b-a3b-eagle3")["items"]
     assert len(pods) == 1
     node = get(kubectl, "", "node", pods[0]["spec"]["nodeName"])
@@ -106,8 +112,13 @@ def test_update_rolls_out_and_observed_generation_follows(
     apply(kubectl, namespace, example())
     first = wait_for(lambda: ready(kubectl, namespace, "qwen3-30b-a3b-eagle3"), 90, "Ready")
     kubectl(
-        "patch", "sdep", "qwen3-30b-a3b-eagle3", "--type=merge",
-        "-p", '{"spec": {"speculator": {"numSpeculativeTokens": 4}}}', namespace=namespace,
+        "patch",
+        "sdep",
+        "qwen3-30b-a3b-eagle3",
+        "--type=merge",
+        "-p",
+        '{"spec": {"speculator": {"numSpeculativeTokens": 4}}}',
+        namespace=namespace,
     )
     second = wait_for(lambda: ready(kubectl, namespace, "qwen3-30b-a3b-eagle3"), 90, "Ready after the update")
     assert second["metadata"]["generation"] == first["metadata"]["generation"] + 1
@@ -116,7 +127,9 @@ def test_update_rolls_out_and_observed_generation_follows(
     assert speculative_config(container(deployment)["command"])["num_speculative_tokens"] == 4
     pods = get(kubectl, namespace, "pods", "-l", "app.kubernetes.io/instance=qwen3-30b-a3b-eagle3")["items"]
     live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-    assert all(speculative_config(p["spec"]["containers"][0]["command"])["num_speculative_tokens"] == 4 for p in live)
+    assert all(
+        speculative_config(p["spec"]["containers"][0]["command"])["num_speculative_tokens"] == 4 for p in live
+    )
 
 
 def test_scale_subresource(kubectl: Kubectl, namespace: str, wait_for: WaitFor) -> None:
@@ -124,7 +137,11 @@ def test_scale_subresource(kubectl: Kubectl, namespace: str, wait_for: WaitFor) 
     wait_for(lambda: ready(kubectl, namespace, "qwen3-30b-a3b-eagle3"), 90, "Ready")
     kubectl("scale", "sdep/qwen3-30b-a3b-eagle3", "--replicas=2", namespace=namespace)
     body = wait_for(
-        lambda: (b := ready(kubectl, namespace, "qwen3-30b-a3b-eagle3")) and b["status"]["readyReplicas"] == 2 and b,
+        lambda: (
+            (b := ready(kubectl, namespace, "qwen3-30b-a3b-eagle3"))
+            and b["status"]["readyReplicas"] == 2
+            and b
+        ),
         90,
         "two ready replicas",
     )
@@ -138,10 +155,20 @@ def test_drift_is_repaired(kubectl: Kubectl, namespace: str, wait_for: WaitFor) 
     original = container(get(kubectl, namespace, "deployment", "qwen3-30b-a3b-eagle3"))["command"]
 
     patch = [{"op": "replace", "path": "/spec/template/spec/containers/0/command", "value": ["sleep", "inf"]}]
-    kubectl("patch", "deployment", "qwen3-30b-a3b-eagle3", "--type=json", "-p", json.dumps(patch), namespace=namespace)
+    kubectl(
+        "patch",
+        "deployment",
+        "qwen3-30b-a3b-eagle3",
+        "--type=json",
+        "-p",
+        json.dumps(patch),
+        namespace=namespace,
+    )
     started = time.monotonic()
     wait_for(
-        lambda: container(get(kubectl, namespace, "deployment", "qwen3-30b-a3b-eagle3"))["command"] == original,
+        lambda: (
+            container(get(kubectl, namespace, "deployment", "qwen3-30b-a3b-eagle3"))["command"] == original
+        ),
         15,
         "the edited command to be reverted",
     )
@@ -150,16 +177,25 @@ def test_drift_is_repaired(kubectl: Kubectl, namespace: str, wait_for: WaitFor) 
     kubectl("delete", "deployment", "qwen3-30b-a3b-eagle3", "--wait=false", namespace=namespace)
     kubectl("delete", "service", "qwen3-30b-a3b-eagle3", "--wait=false", namespace=namespace)
     wait_for(
-        lambda: (d := kubectl.run("get", "deployment", "qwen3-30b-a3b-eagle3", "-o", "json", namespace=namespace))
-        .returncode == 0 and not json.loads(d.stdout)["metadata"].get("deletionTimestamp")
-        and kubectl.run("get", "service", "qwen3-30b-a3b-eagle3", namespace=namespace).returncode == 0,
+        lambda: (
+            (
+                d := kubectl.run(
+                    "get", "deployment", "qwen3-30b-a3b-eagle3", "-o", "json", namespace=namespace
+                )
+            ).returncode
+            == 0
+            and not json.loads(d.stdout)["metadata"].get("deletionTimestamp")
+            and kubectl.run("get", "service", "qwen3-30b-a3b-eagle3", namespace=namespace).returncode == 0
+        ),
         15,
         "the deleted Deployment and Service to come back",
     )
     assert reverted_after < 15
 
 
-def test_deleting_the_resource_removes_every_child(kubectl: Kubectl, namespace: str, wait_for: WaitFor) -> None:
+def test_deleting_the_resource_removes_every_child(
+    kubectl: Kubectl, namespace: str, wait_for: WaitFor
+) -> None:
     apply(kubectl, namespace, example())
     wait_for(lambda: ready(kubectl, namespace, "qwen3-30b-a3b-eagle3"), 90, "Ready")
     kubectl("delete", "sdep", "qwen3-30b-a3b-eagle3", namespace=namespace)
@@ -174,8 +210,15 @@ def test_deleting_the_resource_removes_every_child(kubectl: Kubectl, namespace: 
 @pytest.mark.parametrize(
     ("change", "field"),
     [
-        ({"speculator": {"model": "RedHatAI/Qwen3-30B-A3B-Instruct-2507-speculator.eagle3",
-                         "numSpeculativeTokens": 0}}, "spec.speculator.numSpeculativeTokens"),
+        (
+            {
+                "speculator": {
+                    "model": "RedHatAI/Qwen3-30B-A3B-Instruct-2507-speculator.eagle3",
+                    "numSpeculativeTokens": 0,
+                }
+            },
+            "spec.speculator.numSpeculativeTokens",
+        ),
         ({"engine": {"name": "tgi"}}, "spec.engine.name"),
         ({"verifier": None, "speculator": None}, "spec.verifier"),
         ({"replicas": -1}, "spec.replicas"),

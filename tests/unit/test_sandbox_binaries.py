@@ -29,7 +29,8 @@ replace (
 
 def test_wrapper_replaces_every_staging_module_with_the_published_release() -> None:
     go_mod = binaries.wrapper_go_mod(KUBERNETES_GO_MOD, "v1.35.4")
-    assert "require k8s.io/kubernetes v1.35.4" in go_mod
+    assert "\tk8s.io/kubernetes v1.35.4\n" in go_mod
+    assert f"\t{binaries.ETCD_MODULE} {binaries.ETCD_VERSION}\n" in go_mod
     assert "\tk8s.io/api => k8s.io/api v0.35.4" in go_mod
     assert "\tk8s.io/apiserver => k8s.io/apiserver v0.35.4" in go_mod
     assert "godebug default=go1.25" in go_mod

@@ -8,7 +8,9 @@ from typing import Any
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("crd", help="print the CustomResourceDefinition generated from the API models")
+    parser = subparsers.add_parser(
+        "crd", help="print the CustomResourceDefinition generated from the API models"
+    )
     parser.add_argument("-o", "--output-file", type=Path, help="write to this file instead of stdout")
     parser.set_defaults(func=run)
 

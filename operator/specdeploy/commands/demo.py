@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     from specdeploy.sandbox import operator_process
     from specdeploy.sandbox.binaries import BuildError
     from specdeploy.sandbox.cluster import Sandbox, SandboxError
-    from specdeploy.sandbox.kubectl import kubectl_path
+    from specdeploy.sandbox.binaries import ensure_kubectl
 
     if not args.filename.exists():
         print(f"error: {args.filename} not found; run from the repository root or pass -f", file=sys.stderr)
@@ -45,8 +45,10 @@ def run(args: argparse.Namespace) -> int:
     except (BuildError, SandboxError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    _say(("reused" if up.already_running else "started") + f" in {up.seconds:.1f}s; kubeconfig {up.kubeconfig}")
-    kubectl = [str(kubectl_path()), f"--kubeconfig={up.kubeconfig}"]
+    _say(
+        ("reused" if up.already_running else "started") + f" in {up.seconds:.1f}s; kubeconfig {up.kubeconfig}"
+    )
+    kubectl = [str(ensure_kubectl()), f"--kubeconfig={up.kubeconfig}"]
 
     def k(*argv: str, check: bool = True) -> str:
         proc = subprocess.run([*kubectl, *argv], capture_output=True, text=True, check=False)
@@ -70,18 +72,41 @@ def run(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + READY_TIMEOUT_S
     ready = ""
     while time.monotonic() < deadline:
-        ready = k("get", "-n", args.namespace, "sdep", name, "-o",
-                  "jsonpath={.status.conditions[?(@.type=='Ready')].status}", check=False).strip()
+        ready = k(
+            "get",
+            "-n",
+            args.namespace,
+            "sdep",
+            name,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type=='Ready')].status}",
+            check=False,
+        ).strip()
         if ready == "True":
             break
         time.sleep(1.0)
     print(k("get", "-n", args.namespace, "sdep", name, "-o", "wide"), end="")
-    print(k("get", "-n", args.namespace, "deploy,pods,svc", "-o", "wide", "-l", f"app.kubernetes.io/instance={name}"), end="")
+    print(
+        k(
+            "get",
+            "-n",
+            args.namespace,
+            "deploy,pods,svc",
+            "-o",
+            "wide",
+            "-l",
+            f"app.kubernetes.io/instance={name}",
+        ),
+        end="",
+    )
     command = k("get", "-n", args.namespace, "sdep", name, "-o", "jsonpath={.status.command}")
     _say(f"engine command: {command}")
     if ready != "True":
         conditions = k("get", "-n", args.namespace, "sdep", name, "-o", "jsonpath={.status.conditions}")
-        print(f"error: {name} not Ready within {READY_TIMEOUT_S:.0f}s; conditions: {conditions}", file=sys.stderr)
+        print(
+            f"error: {name} not Ready within {READY_TIMEOUT_S:.0f}s; conditions: {conditions}",
+            file=sys.stderr,
+        )
         return 1
     print(
         "\nLook around:\n"

@@ -18,7 +18,9 @@ import yaml
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("render", help="print the Deployment and Service for a resource, offline")
     parser.add_argument("-f", "--filename", required=True, type=Path, help="SpeculativeDeployment YAML")
-    parser.add_argument("-n", "--namespace", default=None, help="namespace (default: the file's, else default)")
+    parser.add_argument(
+        "-n", "--namespace", default=None, help="namespace (default: the file's, else default)"
+    )
     parser.add_argument(
         "--gpus",
         help="hypothetical GPU inventory as alias:GPUs-per-node, e.g. h100-80gb:8,l4:4 "

@@ -9,16 +9,22 @@ from typing import Any
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("run", help="run the operator (kopf) against the current kubeconfig")
     parser.add_argument(
-        "-n", "--namespace", action="append", default=[],
+        "-n",
+        "--namespace",
+        action="append",
+        default=[],
         help="watch only this namespace (repeatable); default: all namespaces",
     )
     parser.add_argument(
-        "--probe-address", default="0.0.0.0",
+        "--probe-address",
+        default="0.0.0.0",
         help="address of the /healthz liveness endpoint (default 0.0.0.0, for kubelet probes)",
     )
     parser.add_argument("--probe-port", type=int, default=8080, help="port of the /healthz endpoint")
     parser.add_argument("--metrics-port", type=int, default=9090, help="Prometheus metrics port (0 disables)")
-    parser.add_argument("--webhook-port", type=int, default=0, help="serve the admission webhook here (0: off)")
+    parser.add_argument(
+        "--webhook-port", type=int, default=0, help="serve the admission webhook here (0: off)"
+    )
     parser.add_argument("--webhook-address", default="0.0.0.0", help="bind address of the webhook server")
     parser.add_argument("--webhook-cert-dir", help="directory with tls.crt and tls.key for the webhook")
     parser.add_argument(

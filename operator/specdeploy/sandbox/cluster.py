@@ -343,6 +343,18 @@ class Sandbox:
         }
         self._write_state(state)
 
+    def register_process(self, name: str, pid: int, start_time: str | None, ports: list[int]) -> None:
+        """Record a process started outside ``up`` (e.g. the operator) so ``down`` stops it too."""
+        with self._locked():
+            state = self.read_state()
+            if state is None:
+                raise SandboxError(f"sandbox {self.name!r} is not running")
+            state["processes"][name] = {
+                "pid": pid, "start_time": start_time, "port": ports[0] if ports else None, "ports": ports,
+                "log": str(self.logs / f"{name}.log"),
+            }
+            self._write_state(state)
+
     def _start_watchdog(self, owner_pid: int) -> None:
         state = self.read_state() or {}
         self._spawn(state, WATCHDOG, None, [

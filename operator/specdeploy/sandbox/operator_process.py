@@ -38,12 +38,25 @@ def ensure_running(sandbox: Sandbox) -> int:
     probe, metrics, webhook = free_ports(3)
     sandbox.logs.mkdir(parents=True, exist_ok=True)
     argv = [
-        sys.executable, "-m", "specdeploy", "run",
-        "--probe-address", "127.0.0.1", "--probe-port", str(probe),
-        "--metrics-port", str(metrics),
-        "--webhook-address", "127.0.0.1", "--webhook-port", str(webhook),
-        "--webhook-host", "127.0.0.1", "--webhook-configure",
-        "--webhook-cert-dir", str(sandbox.dir / "webhook-tls"),
+        sys.executable,
+        "-m",
+        "specdeploy",
+        "run",
+        "--probe-address",
+        "127.0.0.1",
+        "--probe-port",
+        str(probe),
+        "--metrics-port",
+        str(metrics),
+        "--webhook-address",
+        "127.0.0.1",
+        "--webhook-port",
+        str(webhook),
+        "--webhook-host",
+        "127.0.0.1",
+        "--webhook-configure",
+        "--webhook-cert-dir",
+        str(sandbox.dir / "webhook-tls"),
     ]
     with open(log_path(sandbox), "ab") as log:
         proc = subprocess.Popen(
@@ -66,4 +79,6 @@ def ensure_running(sandbox: Sandbox) -> int:
                     return proc.pid
         except OSError:
             time.sleep(0.5)
-    raise SandboxError(f"the operator did not answer {url} within {START_TIMEOUT_S:.0f}s; see {log_path(sandbox)}")
+    raise SandboxError(
+        f"the operator did not answer {url} within {START_TIMEOUT_S:.0f}s; see {log_path(sandbox)}"
+    )

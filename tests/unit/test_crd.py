@@ -1,0 +1,82 @@
+"""The CRD is generated from the API models; the checked-in copy must not drift."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from specdeploy import api
+from specdeploy.cli import main
+from specdeploy.crd import custom_resource_definition, render_yaml
+
+CHECKED_IN = Path(__file__).resolve().parents[2] / "crds" / "specdeploy.io_speculativedeployments.yaml"
+
+
+def _spec_schema() -> dict[str, Any]:
+    version = custom_resource_definition()["spec"]["versions"][0]
+    schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    return schema
+
+
+def test_checked_in_crd_matches_the_models() -> None:
+    assert CHECKED_IN.read_text() == render_yaml(), "run `specdeploy crd -o crds/...` (make crd) and commit"
+
+
+def test_crd_command_prints_the_same_document(capsys: Any) -> None:
+    assert main(["crd"]) == 0
+    assert capsys.readouterr().out == render_yaml()
+
+
+def test_names_subresources_and_columns() -> None:
+    crd = custom_resource_definition()
+    names = crd["spec"]["names"]
+    assert (names["kind"], names["plural"], names["shortNames"]) == (api.KIND, api.PLURAL, ["sdep", "specdeploy"])
+    version = crd["spec"]["versions"][0]
+    assert version["subresources"]["scale"]["specReplicasPath"] == ".spec.replicas"
+    assert version["subresources"]["scale"]["labelSelectorPath"] == ".status.selector"
+    columns = [c["name"] for c in version["additionalPrinterColumns"]]
+    assert columns[:5] == ["Verifier", "Speculator", "Engine", "TP", "Ready"]
+    assert "Acceptance" in columns and columns[-1] == "Age"
+
+
+def test_schema_is_structural() -> None:
+    """No JSON-Schema-only constructs survive: the apiserver would reject them."""
+    text = yaml.safe_dump(custom_resource_definition())
+    for forbidden in ("$ref", "anyOf", "$defs", "title:", "const:", "type: 'null'"):
+        assert forbidden not in text
+
+
+def test_defaults_ranges_enums_and_cel_rules() -> None:
+    spec = _spec_schema()
+    props = spec["properties"]
+    assert props["replicas"]["default"] == 1 and props["replicas"]["minimum"] == 0
+    assert props["engine"]["properties"]["name"]["enum"] == ["vllm", "sglang"]
+    assert props["engine"]["default"] == {}
+    tokens = props["speculator"]["properties"]["numSpeculativeTokens"]
+    assert (tokens["minimum"], tokens["maximum"]) == (1, 16)
+    utilization = props["gpuMemoryUtilization"]
+    assert utilization["exclusiveMinimum"] is True and utilization["maximum"] == 1
+    tensor = props["parallelism"]["properties"]["tensor"]
+    assert tensor["x-kubernetes-int-or-string"] is True and "type" not in tensor
+    assert tensor["default"] == "auto"
+    assert any("has(self.verifier)" in rule["rule"] for rule in spec["x-kubernetes-validations"])
+    engine_rules = props["engine"]["x-kubernetes-validations"]
+    assert {r["fieldPath"] for r in engine_rules} == {".sglang", ".vllm"}
+    assert props["scheduling"]["properties"]["affinity"]["x-kubernetes-preserve-unknown-fields"] is True
+
+
+def test_every_field_has_a_description_for_kubectl_explain() -> None:
+    missing: list[str] = []
+
+    def walk(node: dict[str, Any], path: str) -> None:
+        for name, sub in node.get("properties", {}).items():
+            if "description" not in sub and not path.startswith("spec.scheduling.tolerations"):
+                missing.append(f"{path}.{name}")
+            walk(sub, f"{path}.{name}")
+        if "items" in node:
+            walk(node["items"], f"{path}[]")
+
+    walk(_spec_schema(), "spec")
+    assert missing == []

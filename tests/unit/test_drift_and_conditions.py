@@ -1,0 +1,82 @@
+"""Zero-write reconciles rest on these two comparisons: child drift and status conditions."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from specdeploy import conditions, drift
+from specdeploy.api import Condition
+
+
+def manifest() -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "a", "namespace": "n", "labels": {"x": "1"}},
+        "spec": {"replicas": 1, "template": {"spec": {"containers": [{"name": "c", "command": ["a"], "env": []}]}}},
+    }
+
+
+def as_stored(want: dict[str, Any]) -> dict[str, Any]:
+    """What the apiserver returns: defaults added, empty lists dropped."""
+    stored = copy.deepcopy(want)
+    container = stored["spec"]["template"]["spec"]["containers"][0]
+    del container["env"]
+    container["imagePullPolicy"] = "IfNotPresent"
+    stored["spec"]["revisionHistoryLimit"] = 10
+    stored["metadata"]["resourceVersion"] = "7"
+    return stored
+
+
+def test_unchanged_child_needs_no_write() -> None:
+    want = drift.stamped(manifest())
+    assert not drift.needs_apply(want, as_stored(want))
+
+
+def test_missing_child_is_applied() -> None:
+    assert drift.needs_apply(drift.stamped(manifest()), None)
+
+
+def test_hand_edited_field_is_repaired() -> None:
+    want = drift.stamped(manifest())
+    edited = as_stored(want)
+    edited["spec"]["template"]["spec"]["containers"][0]["command"] = ["sleep", "inf"]
+    assert drift.needs_apply(want, edited)
+
+
+def test_removed_field_in_spec_changes_the_hash() -> None:
+    """A field the operator stops setting is still 'a subset'; the hash catches it."""
+    old = manifest()
+    old["spec"]["template"]["spec"]["nodeSelector"] = {"a": "b"}
+    stored = as_stored(drift.stamped(old))
+    assert drift.needs_apply(drift.stamped(manifest()), stored)
+
+
+def test_hash_ignores_key_order() -> None:
+    a = manifest()
+    b = {k: a[k] for k in reversed(list(a))}
+    assert drift.manifest_hash(a) == drift.manifest_hash(b)
+
+
+def test_condition_transition_time_moves_only_on_status_change() -> None:
+    first, transitions = conditions.merge([], [Condition(type="Ready", status="False", reason="Starting")], 1)
+    assert [t.status for t in transitions] == ["False"]
+    stored = [{**first[0], "lastTransitionTime": "2020-01-01T00:00:00Z"}]
+    again, transitions = conditions.merge(stored, [Condition(type="Ready", status="False", reason="Starting")], 1)
+    assert again[0]["lastTransitionTime"] == "2020-01-01T00:00:00Z" and transitions == []
+    assert conditions.same(stored, again)
+    flipped, transitions = conditions.merge(stored, [Condition(type="Ready", status="True", reason="Ready")], 2)
+    assert flipped[0]["lastTransitionTime"] != "2020-01-01T00:00:00Z"
+    assert flipped[0]["observedGeneration"] == 2
+    assert [(t.type, t.status, t.reason) for t in transitions] == [("Ready", "True", "Ready")]
+    assert not conditions.same(stored, flipped)
+
+
+def test_conditions_are_ordered_ready_first() -> None:
+    merged, _ = conditions.merge(
+        [],
+        [Condition(type=t, status="True", reason="r") for t in ("PairingVerified", "Degraded", "Ready")],
+        1,
+    )
+    assert [c["type"] for c in merged] == ["Ready", "Degraded", "PairingVerified"]
