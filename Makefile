@@ -16,8 +16,9 @@ demo: $(STAMP)
 	$(VENV)/bin/specdeploy demo
 
 test: $(STAMP)
-	$(VENV)/bin/ruff check operator tests bench
+	$(VENV)/bin/ruff check operator tests
 	$(VENV)/bin/mypy
+	$(VENV)/bin/specdeploy sandbox build
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests
 
 unit: $(STAMP)

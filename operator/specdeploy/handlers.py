@@ -64,6 +64,14 @@ class WebhookSettings:
 WEBHOOK = WebhookSettings()
 
 
+def enable_webhook(**values: Any) -> None:
+    """Serve the validating webhook (kopf refuses to start with a handler and no server)."""
+    WEBHOOK.configure(**values)
+    kopf.on.validate(api.GROUP, api.VERSION, api.PLURAL, operations=["CREATE", "UPDATE"], ignore_failures=True)(
+        validate
+    )
+
+
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     """All kopf settings in one place; kopf's own bookkeeping lives under our API group."""
@@ -92,10 +100,10 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     kube.load_config()
 
 
-@kopf.on.validate(api.GROUP, api.VERSION, api.PLURAL, operations=["CREATE", "UPDATE"], ignore_failures=True)
 def validate(body: kopf.Body, **_: Any) -> None:
     """Reject pairs that fail a check decidable from cached or catalog metadata.
 
+    Registered by :func:`enable_webhook` only when a webhook server is configured.
     ``ignore_failures`` makes the failure policy Ignore: a stopped operator never blocks the
     cluster; the PairingVerified condition still reports the full result.
     """
@@ -162,6 +170,7 @@ async def _reconcile(key: Key, indices: dict[str, kopf.Index[Any, Any]], logger:
                     metrics.WRITES.labels(want["kind"]).inc()
         status, transitions = desired.status_for(body, result, deployment)
         if status is not None:
+            logger.debug("status of %s/%s changes: %s", *key, status)
             await asyncio.to_thread(kube.patch_status, key, status)
             metrics.WRITES.labels("status").inc()
         for t in transitions:

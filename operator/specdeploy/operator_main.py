@@ -27,7 +27,7 @@ def main(args: argparse.Namespace) -> int:
         cert_dir = Path(args.webhook_cert_dir or tempfile.mkdtemp(prefix="specdeploy-webhook-"))
         if not (cert_dir / "tls.crt").exists():
             certs.serving_certificate(cert_dir, [args.webhook_host or "localhost"])
-        handlers.WEBHOOK.configure(
+        handlers.enable_webhook(
             addr=args.webhook_address,
             port=args.webhook_port,
             host=args.webhook_host,

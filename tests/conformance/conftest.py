@@ -6,6 +6,7 @@ with pip's exact message; set SPECDEPLOY_CONFORMANCE_REQUIRED=1 (as CI should) t
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -22,15 +23,23 @@ HELPER = Path(__file__).with_name("parse_argv.py")
 RESULT_MARKER = "SPECDEPLOY-PARSE-RESULT "
 PARSE_TIMEOUT_S = 600
 
-def _engine_python(engine: str) -> Path:
+@functools.cache
+def _install(engine: str) -> Path | str:
+    """The engine venv's python, or why it cannot be installed; tried once per session."""
     version = engines.engine_for(engine).version
     try:
         return ensure_venv(engine, version, f"{engine}=={version}").python
     except InstallError as exc:
-        reason = f"cannot install {engine}=={version} for the conformance test: {exc}"
-        if os.environ.get("SPECDEPLOY_CONFORMANCE_REQUIRED") == "1":
-            pytest.fail(reason)
-        pytest.skip(reason)
+        return f"cannot install {engine}=={version} for the conformance test: {exc}"
+
+
+def _engine_python(engine: str) -> Path:
+    installed = _install(engine)
+    if isinstance(installed, Path):
+        return installed
+    if os.environ.get("SPECDEPLOY_CONFORMANCE_REQUIRED") == "1":
+        pytest.fail(installed)
+    pytest.skip(installed)
 
 
 def _parse(engine: str, argvs: list[list[str]]) -> dict[str, Any]:

@@ -4,7 +4,8 @@ The engines are several GB each and take minutes to install, so they live outsid
 under ``${XDG_CACHE_HOME:-~/.cache}/specdeploy/venvs/<engine>-<version>`` and are reused by every
 later run. A venv counts as ready only once the marker file exists, which is written after pip
 succeeded; an interrupted install is removed and redone. A file lock keeps two concurrent test
-sessions from installing into the same directory.
+sessions from installing into the same directory. ``python engine_venvs.py vllm 0.33.0`` builds
+one ahead of a test run (a CI cache warm-up step).
 """
 
 from __future__ import annotations

@@ -182,6 +182,30 @@ def test_custom_resource_definition_and_custom_resource(kubectl: Kubectl, namesp
         kubectl.run("delete", "crd", f"widgets.{group}", "--wait=false")
 
 
+def test_a_node_added_at_runtime_takes_a_pending_pod(
+    kubectl: Kubectl, namespace: str, wait_for: WaitFor, cluster: Cluster
+) -> None:
+    """add_node (used by later suites to satisfy a waiting resource) makes a Ready, schedulable node."""
+    from specdeploy.sandbox.nodes import add_node, gpu_node
+
+    product = "NVIDIA-H200"
+    kubectl("apply", "-f", "-", input=gpu_deployment("waits", 8, {"nvidia.com/gpu.product": product}),
+            namespace=namespace)
+    wait_for(lambda: pods(kubectl, namespace, "waits"), timeout=30, describe="the pod to be created")
+    assert not any(running_and_ready(p) for p in pods(kubectl, namespace, "waits"))
+
+    node = f"h200-{namespace}"[:63]
+    add_node(gpu_node(node, product, 8), kubeconfig=cluster.kubeconfig)
+    try:
+        [pod] = wait_for(
+            lambda: [p for p in pods(kubectl, namespace, "waits") if running_and_ready(p)],
+            timeout=60, describe="the pod to run on the new node",
+        )
+        assert pod["spec"]["nodeName"] == node
+    finally:
+        kubectl.run("delete", "node", node, "--wait=false")
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()

@@ -168,7 +168,7 @@ def test_vllm_optional_flags_follow_the_spec() -> None:
     assert command[-2:] == ["--max-num-seqs", "64"]
 
 
-def test_vllm_omits_flags_left_at_engine_defaults() -> None:
+def test_vllm_omits_unset_optional_flags() -> None:
     command = engines.render(spec_of(SEED_000)).command
     for flag in ("--max-model-len", "--served-model-name", "--revision", "--kv-cache-dtype"):
         assert flag not in command

@@ -129,3 +129,16 @@ def test_args_may_not_repeat_operator_flags(engine: str, args: list[str], use_in
 )
 def test_other_args_pass(engine: str, args: list[str]) -> None:
     assert check(engine, args=args) == []
+
+
+def test_validate_accepts_a_spec_before_the_catalog_fills_it() -> None:
+    """The webhook validates the raw spec: no speculator model yet, TP still auto."""
+    raw = {
+        "verifier": BASE["verifier"],
+        "speculator": {"numSpeculativeTokens": 3},
+        "engine": {"name": "sglang", "sglang": {"eagleTopk": 1, "numDraftTokens": 5}},
+    }
+    errors = engines.validate(api.SpeculativeDeploymentSpec.model_validate(raw))
+    assert fields(errors) == ["spec.engine.sglang.numDraftTokens"]
+    bare = {key: value for key, value in raw.items() if key != "speculator"}
+    assert engines.validate(api.SpeculativeDeploymentSpec.model_validate(bare)) == []

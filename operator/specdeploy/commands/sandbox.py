@@ -37,7 +37,11 @@ def register(subparsers: Any) -> None:
     up.set_defaults(func=_up)
 
     down = verbs.add_parser("down", parents=[common], help="stop every sandbox process and free its ports")
+    down.add_argument("--all", action="store_true", help="stop every sandbox under the sandboxes folder")
     down.set_defaults(func=_down)
+
+    build = verbs.add_parser("build", help="build (or find cached) the control-plane binaries, kubectl and helm")
+    build.set_defaults(func=_build)
 
     status = verbs.add_parser("status", parents=[common], help="list components and nodes")
     status.set_defaults(func=_status)
@@ -87,7 +91,31 @@ def _up(args: argparse.Namespace) -> int:
     return 0
 
 
+def _build(args: argparse.Namespace) -> int:
+    from specdeploy.sandbox.binaries import BuildError, ensure_binaries, ensure_helm, ensure_kubectl
+
+    try:
+        bins = ensure_binaries()
+        kubectl = ensure_kubectl()
+        helm = ensure_helm()
+    except BuildError as exc:
+        print(f"specdeploy: cannot build the sandbox binaries: {exc}", file=sys.stderr)
+        return EXIT_BUILD_FAILED
+    for path in (*vars(bins).values(), kubectl, helm):
+        print(path)
+    return 0
+
+
 def _down(args: argparse.Namespace) -> int:
+    if args.all:
+        from specdeploy.sandbox.cluster import existing_sandboxes
+
+        names = existing_sandboxes()
+        return max((_down_one(argparse.Namespace(name=name)) for name in names), default=0)
+    return _down_one(args)
+
+
+def _down_one(args: argparse.Namespace) -> int:
     from specdeploy.sandbox.cluster import SandboxError
 
     sandbox = _sandbox(args)

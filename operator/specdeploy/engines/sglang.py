@@ -4,8 +4,8 @@ The algorithm is always ``EAGLE3``. Seed 003's model card writes ``EAGLE``, whic
 as EAGLE-2 (and MTP); its own documentation uses ``EAGLE3`` for EAGLE-3 drafts, whose draft head
 consumes several verifier hidden-state layers instead of one.
 
-Draft shape. SGLang needs steps, top-k and draft tokens together: with steps alone it asserts or
-fails on the missing top-k, and with none it picks its own. Steps are
+Draft shape. SGLang needs steps, top-k and draft tokens together: a partial set fails at startup
+(an assertion, or a comparison with the missing top-k), and with none it picks its own. Steps are
 ``engine.sglang.numSteps``, else ``speculator.numSpeculativeTokens``. Top-k and draft tokens are
 ``engine.sglang.eagleTopk``/``numDraftTokens`` (filled from the catalog for known pairs, e.g. seed
 003's 5/8/64 tree); when both are unset the draft runs as a chain (top-k 1, steps + 1 draft
@@ -72,10 +72,20 @@ def _options(spec: api.SpeculativeDeploymentSpec) -> api.SglangOptions:
     return spec.engine.sglang or api.SglangOptions()
 
 
+def _steps(spec: api.SpeculativeDeploymentSpec) -> int | None:
+    """``engine.sglang.numSteps``, else ``speculator.numSpeculativeTokens`` (None before the catalog)."""
+    options = _options(spec)
+    if options.num_steps is not None:
+        return options.num_steps
+    return spec.speculator.num_speculative_tokens if spec.speculator is not None else None
+
+
 def draft_shape(spec: api.SpeculativeDeploymentSpec) -> tuple[int, int, int]:
     """(steps, top-k, draft tokens) as rendered; see the module docstring for the rule."""
     options = _options(spec)
-    steps = options.num_steps if options.num_steps is not None else speculator(spec)[2]
+    steps = _steps(spec)
+    if steps is None:
+        raise ValueError("spec.speculator.numSpeculativeTokens must be resolved before rendering")
     if options.eagle_topk is None or options.num_draft_tokens is None:
         return steps, 1, steps + 1
     return steps, options.eagle_topk, options.num_draft_tokens
@@ -173,19 +183,16 @@ class SglangEngine:
                     "leave all three unset and set spec.speculator.numSpeculativeTokens",
                 )
             )
-        steps_known = options.num_steps is not None or (
-            spec.speculator is not None and spec.speculator.num_speculative_tokens is not None
-        )
-        if steps_known and options.eagle_topk == 1 and options.num_draft_tokens is not None:
-            steps = draft_shape(spec)[0]
-            if options.num_draft_tokens != steps + 1:
-                errors.append(
-                    FieldError(
-                        "spec.engine.sglang.numDraftTokens",
-                        f"with eagleTopk 1 the draft is a chain: numDraftTokens must be steps + 1 = "
-                        f"{steps + 1} (SGLang would silently override {options.num_draft_tokens})",
-                    )
+        steps = _steps(spec)
+        chain = options.eagle_topk == 1 and options.num_draft_tokens is not None
+        if chain and steps is not None and options.num_draft_tokens != steps + 1:
+            errors.append(
+                FieldError(
+                    "spec.engine.sglang.numDraftTokens",
+                    f"with eagleTopk 1 the draft is a chain: numDraftTokens must be steps + 1 = "
+                    f"{steps + 1} (SGLang would silently override {options.num_draft_tokens})",
                 )
+            )
         if options.mem_fraction_static is None and mem_fraction_static(spec) <= 0:
             errors.append(
                 FieldError(

@@ -205,3 +205,47 @@ def ensure_kubectl() -> Path:
             KUBERNETES_VERSION, [(f"kubectl {KUBERNETES_VERSION}", "k8s.io/kubernetes/cmd/kubectl", kubectl)]
         )
     return kubectl
+
+
+HELM_VERSION = "v3.22.0"
+HELM_MODULE = "helm.sh/helm/v3"
+# helm v3.22.0 is built against the Kubernetes 1.37 client modules; its Makefile stamps that
+# version into the capabilities `helm template` and `helm lint` assume without a cluster.
+HELM_K8S_MAJOR, HELM_K8S_MINOR = "1", "37"
+
+
+def helm_ldflags(version: str) -> str:
+    """Version stamps the helm Makefile sets, so `helm version` and kubeVersion checks are right."""
+    flags = [
+        f"-X {HELM_MODULE}/internal/version.version={version}",
+        f"-X {HELM_MODULE}/internal/version.metadata=",
+        f"-X {HELM_MODULE}/internal/version.gitTreeState=clean",
+    ]
+    for pkg in ("pkg/lint/rules", "pkg/chartutil"):
+        flags += [
+            f"-X {HELM_MODULE}/{pkg}.k8sVersionMajor={HELM_K8S_MAJOR}",
+            f"-X {HELM_MODULE}/{pkg}.k8sVersionMinor={HELM_K8S_MINOR}",
+        ]
+    return "-s -w " + " ".join(flags)
+
+
+def ensure_helm() -> Path:
+    """helm at the pinned version, built once with `go install` (its module needs no replaces).
+
+    The chart tests drive this binary rather than one on PATH, so lint rules and rendering are
+    the same everywhere.
+    """
+    bin_dir = cache_root() / "helm" / HELM_VERSION / "bin"
+    helm = bin_dir / "helm"
+    if not helm.exists():
+        go = _go()
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        _progress(f"building helm {HELM_VERSION}; a cold build takes a few minutes on 2 cores")
+        package = f"{HELM_MODULE}/cmd/helm@{HELM_VERSION}"
+        _run(
+            [go, "install", "-trimpath", "-ldflags", helm_ldflags(HELM_VERSION), package],
+            bin_dir,
+            "building helm",
+            {"CGO_ENABLED": "0", "GOBIN": str(bin_dir)},
+        )
+    return helm

@@ -200,10 +200,6 @@ class Sandbox:
         statuses = {c.name: c.alive for c in self.components()}
         return all(statuses.get(name, False) for name in COMPONENTS)
 
-    def ports(self) -> list[int]:
-        state = self.read_state() or {}
-        return [port for p in state.get("processes", {}).values() for port in p.get("ports", [])]
-
     def pod_cidr(self) -> str:
         state = self.read_state() or {}
         return str(state.get("pod_cidr") or pod_cidr(self.name))
@@ -254,6 +250,7 @@ class Sandbox:
             "name": self.name,
             "kubernetes_version": binaries.KUBERNETES_VERSION,
             "kwok_version": binaries.KWOK_VERSION,
+            "etcd_version": binaries.ETCD_VERSION,
             "pod_cidr": cidr,
             "server": f"https://127.0.0.1:{api_port}",
             "kubeconfig": str(self.kubeconfig),
@@ -309,6 +306,9 @@ class Sandbox:
             f"--manage-nodes-with-annotation-selector={nodes.KWOK_ANNOTATION}={nodes.KWOK_ANNOTATION_VALUE}",
             # No --server-address and --node-port=0: kwok serves nothing (no exec/logs endpoints needed).
             f"--cidr={cidr}", "--node-ip=127.0.0.1", "--node-port=0",
+            # Node leases are the heartbeat the node lifecycle controller watches; without them
+            # it marks the nodes (and their pods) NotReady after the grace period.
+            "--node-lease-duration-seconds=40",
         ])
 
         core_v1 = nodes.core_v1_for(self.kubeconfig)
@@ -505,8 +505,8 @@ def _tail(path: Path, lines: int = 30) -> str:
 
 
 def existing_sandboxes(root: Path | None = None) -> list[str]:
-    """Names of sandboxes with a state file under ``root``."""
+    """Names of the sandboxes that have state under ``root`` (running or partly stopped)."""
     base = root or sandboxes_root()
     if not base.is_dir():
         return []
-    return sorted(p.name for p in base.iterdir() if (p / STATE_FILE).exists())
+    return sorted(d.name for d in base.iterdir() if d.is_dir() and (d / STATE_FILE).exists())

@@ -1,0 +1,106 @@
+{{/* Chart name, truncated to the 63 characters a label value allows. */}}
+{{- define "specdeploy.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Release-scoped name for every object the chart creates. */}}
+{{- define "specdeploy.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Names of cluster-scoped objects carry the namespace too: two releases never collide. */}}
+{{- define "specdeploy.clusterName" -}}
+{{- printf "%s-%s" (include "specdeploy.fullname" .) .Release.Namespace | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "specdeploy.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "specdeploy.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "specdeploy.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "specdeploy.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: specdeploy
+{{- end }}
+
+{{- define "specdeploy.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "specdeploy.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "specdeploy.image" -}}
+{{- $repository := .Values.image.repository }}
+{{- if .Values.image.registry }}
+{{- $repository = printf "%s/%s" .Values.image.registry .Values.image.repository }}
+{{- end }}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" $repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{- define "specdeploy.webhookServiceName" -}}
+{{- printf "%s-webhook" (include "specdeploy.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "specdeploy.webhookSecretName" -}}
+{{- printf "%s-webhook-tls" (include "specdeploy.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "specdeploy.catalogConfigMapName" -}}
+{{- printf "%s-catalog" (include "specdeploy.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Rules for namespaced objects, the same in a ClusterRole (all namespaces) or a Role (one). */}}
+{{- define "specdeploy.namespacedRules" -}}
+- apiGroups: ["specdeploy.io"]
+  resources: ["speculativedeployments"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["specdeploy.io"]
+  resources: ["speculativedeployments/status"]
+  verbs: ["get", "patch"]
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+{{- end }}
+
+{{/* Cluster-scoped reads: GPU inventory from nodes; kopf watches CRDs to notice resource changes. */}}
+{{- define "specdeploy.clusterRules" -}}
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["apiextensions.k8s.io"]
+  resources: ["customresourcedefinitions"]
+  verbs: ["list", "watch"]
+{{- end }}
+
+{{- define "specdeploy.subject" -}}
+- kind: ServiceAccount
+  name: {{ include "specdeploy.serviceAccountName" . }}
+  namespace: {{ .Release.Namespace }}
+{{- end }}
