@@ -29,13 +29,7 @@ def review(body: dict[str, Any], resolver: MetadataResolver) -> str | None:
         resolved = pairing.resolve_pair(spec, resolver, offline=True)
     except (MetadataUnavailable, pairing.PairingError):
         return None
-    report = pairing.check_pair(
-        resolved.verifier,
-        resolved.speculator,
-        engine=spec.engine.name,
-        method=spec.speculator.method if spec.speculator else "eagle3",
-        allow_verifier_mismatch=spec.pairing.allow_verifier_mismatch,
-    )
+    report = pairing.check_resolved(spec, resolved)
     if report.verified == "False":
         return f"pairing check failed ({report.reason}): {report.message}"
     return None

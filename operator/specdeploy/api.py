@@ -298,7 +298,9 @@ class Scheduling(_Model):
     affinity: dict[str, Any] | None = Field(
         default=None, description="core/v1 Affinity merged with the plan's GPU product node affinity."
     )
-    priority_class_name: str | None = Field(default=None, max_length=253, description="PriorityClass of the pods.")
+    priority_class_name: str | None = Field(
+        default=None, max_length=253, description="PriorityClass of the pods."
+    )
     runtime_class_name: str | None = Field(
         default=None, max_length=253, description="RuntimeClass of the pods (e.g. nvidia)."
     )
@@ -333,7 +335,9 @@ class Resources(_Model):
 class Service(_Model):
     """The Service in front of the engine pods."""
 
-    type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(default="ClusterIP", description="Service type.")
+    type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(
+        default="ClusterIP", description="Service type."
+    )
     port: int | None = Field(
         default=None, ge=1, le=65535, description="Service port. Default: the engine's port."
     )

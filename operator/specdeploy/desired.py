@@ -21,6 +21,7 @@ from specdeploy.engines import engine_for
 from specdeploy.metadata import MetadataResolver, MetadataUnavailable
 
 ConfigMapReader = Callable[[str, str], dict[str, str] | None]
+SecretReader = Callable[[str, str, str], str | None]
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,13 @@ def compute(
     resolver: MetadataResolver,
     inventory: gpus.Inventory,
     read_configmap: ConfigMapReader | None = None,
+    read_secret: SecretReader | None = None,
 ) -> Result:
-    """Desired state of one SpeculativeDeployment given the GPUs the cluster has."""
+    """Desired state of one SpeculativeDeployment given the GPUs the cluster has.
+
+    ``read_secret`` is given only when the operator may read Secrets (opt-in): then the hub
+    token the resource names is used for the pairing check's downloads too.
+    """
     meta = body.get("metadata", {})
     name, namespace = meta.get("name", ""), meta.get("namespace", "default")
     try:
@@ -64,7 +70,9 @@ def compute(
     fields: dict[str, Any] = {"engine": spec.engine.name}
     overrides = _overrides(spec, namespace, read_configmap)
     try:
-        resolved = pairing.resolve_pair(spec, resolver, overrides=overrides)
+        resolved = pairing.resolve_pair(
+            spec, resolver, overrides=overrides, token=_token(spec, namespace, read_secret)
+        )
     except MetadataUnavailable as exc:
         cond = _cond(conditions.PAIRING_VERIFIED, "Unknown", exc.reason, str(exc))
         return _blocked(exc.reason, str(exc), [cond], fields, retry=True)
@@ -72,13 +80,7 @@ def compute(
         cond = _cond(conditions.PAIRING_VERIFIED, "False", exc.reason, str(exc))
         return _blocked(exc.reason, str(exc), [cond], fields)
     fields.update(verifier=resolved.verifier_id, speculator=resolved.speculator_id)
-    report = pairing.check_pair(
-        resolved.verifier,
-        resolved.speculator,
-        engine=spec.engine.name,
-        method=spec.speculator.method if spec.speculator else "eagle3",
-        allow_verifier_mismatch=spec.pairing.allow_verifier_mismatch,
-    )
+    report = pairing.check_resolved(spec, resolved)
     fields["pairing"] = report.to_status().model_dump(by_alias=True, exclude_none=True)
     pairing_cond = _cond(conditions.PAIRING_VERIFIED, report.verified, report.reason, report.message)
     if report.verified == "False":
@@ -122,6 +124,15 @@ def compute(
     return Result(
         blocked=False, deployment=deployment, service=service, fields=fields, conditions=[pairing_cond, sched]
     )
+
+
+def _token(
+    spec: api.SpeculativeDeploymentSpec, namespace: str, read_secret: SecretReader | None
+) -> str | None:
+    ref = spec.model_access.token_secret_ref
+    if ref is None or read_secret is None:
+        return None
+    return read_secret(namespace, ref.name, ref.key)
 
 
 def _overrides(

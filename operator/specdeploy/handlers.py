@@ -39,6 +39,7 @@ class _State:
         self.locks: dict[Key, asyncio.Lock] = {}
         self.retries: dict[Key, tuple[asyncio.TimerHandle, float]] = {}
         self.inventory_signature: object = None
+        self.read_secrets = False
 
 
 STATE = _State()
@@ -67,9 +68,9 @@ WEBHOOK = WebhookSettings()
 def enable_webhook(**values: Any) -> None:
     """Serve the validating webhook (kopf refuses to start with a handler and no server)."""
     WEBHOOK.configure(**values)
-    kopf.on.validate(api.GROUP, api.VERSION, api.PLURAL, operations=["CREATE", "UPDATE"], ignore_failures=True)(
-        validate
-    )
+    kopf.on.validate(
+        api.GROUP, api.VERSION, api.PLURAL, operations=["CREATE", "UPDATE"], ignore_failures=True
+    )(validate)
 
 
 @kopf.on.startup()
@@ -155,7 +156,12 @@ async def _reconcile(key: Key, indices: dict[str, kopf.Index[Any, Any]], logger:
             return
         inventory = gpus.inventory_from_nodes(_nodes(indices))
         result = await asyncio.to_thread(
-            desired.compute, body, STATE.resolver, inventory, kube.configmap_reader
+            desired.compute,
+            body,
+            STATE.resolver,
+            inventory,
+            kube.configmap_reader,
+            kube.secret_reader if STATE.read_secrets else None,
         )
         deployment = _latest(indices["child_deployments"], key)
         service = _latest(indices["child_services"], key)

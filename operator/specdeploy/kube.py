@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import functools
 from typing import Any
 
@@ -68,3 +69,15 @@ def configmap_reader(namespace: str, name: str) -> dict[str, str] | None:
             return None
         raise
     return dict(cm.data or {})
+
+
+def secret_reader(namespace: str, name: str, key: str) -> str | None:
+    """One key of a Secret, decoded; None when the Secret or the key is missing."""
+    try:
+        secret = client.CoreV1Api(_api()).read_namespaced_secret(name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    value = (secret.data or {}).get(key)
+    return base64.b64decode(value).decode() if value else None

@@ -21,6 +21,7 @@ def main(args: argparse.Namespace) -> int:
     if not args.verbose:
         # kopf logs every handled event at INFO: thousands of lines a minute on a busy cluster.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    handlers.STATE.read_secrets = args.read_token_secrets
     if args.metrics_port:
         metrics.serve(args.probe_address, args.metrics_port)
     if args.webhook_port:

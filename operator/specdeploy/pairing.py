@@ -585,3 +585,14 @@ def effective_spec(
         update["engine"] = spec.engine.model_copy(update={"sglang": filled})
         update["speculator"] = update["speculator"].model_copy(update={"num_speculative_tokens": steps})
     return spec.model_copy(update=update)
+
+
+def check_resolved(spec: api.SpeculativeDeploymentSpec, resolved: ResolvedPair) -> PairingReport:
+    """The check with the engine, method and opt-out the resource asks for."""
+    return check_pair(
+        resolved.verifier,
+        resolved.speculator,
+        engine=spec.engine.name,
+        method=spec.speculator.method if spec.speculator else "eagle3",
+        allow_verifier_mismatch=spec.pairing.allow_verifier_mismatch,
+    )

@@ -106,3 +106,11 @@ def operator(cluster: Cluster, crd: None, tmp_path_factory: pytest.TempPathFacto
             process.kill()
             process.wait(timeout=10)
         print(f"\n--- operator log (tail) ---\n{running.log_tail()}")
+
+
+@pytest.fixture(scope="session")
+def helm_binary() -> str:
+    """helm at the pinned version (built once, cached), like kubectl_binary."""
+    from specdeploy.sandbox.binaries import ensure_helm
+
+    return str(ensure_helm())

@@ -32,7 +32,11 @@ def test_crd_command_prints_the_same_document(capsys: Any) -> None:
 def test_names_subresources_and_columns() -> None:
     crd = custom_resource_definition()
     names = crd["spec"]["names"]
-    assert (names["kind"], names["plural"], names["shortNames"]) == (api.KIND, api.PLURAL, ["sdep", "specdeploy"])
+    assert (names["kind"], names["plural"], names["shortNames"]) == (
+        api.KIND,
+        api.PLURAL,
+        ["sdep", "specdeploy"],
+    )
     version = crd["spec"]["versions"][0]
     assert version["subresources"]["scale"]["specReplicasPath"] == ".spec.replicas"
     assert version["subresources"]["scale"]["labelSelectorPath"] == ".status.selector"

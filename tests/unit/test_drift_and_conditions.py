@@ -14,7 +14,10 @@ def manifest() -> dict[str, Any]:
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": "a", "namespace": "n", "labels": {"x": "1"}},
-        "spec": {"replicas": 1, "template": {"spec": {"containers": [{"name": "c", "command": ["a"], "env": []}]}}},
+        "spec": {
+            "replicas": 1,
+            "template": {"spec": {"containers": [{"name": "c", "command": ["a"], "env": []}]}},
+        },
     }
 
 
@@ -63,10 +66,14 @@ def test_condition_transition_time_moves_only_on_status_change() -> None:
     first, transitions = conditions.merge([], [Condition(type="Ready", status="False", reason="Starting")], 1)
     assert [t.status for t in transitions] == ["False"]
     stored = [{**first[0], "lastTransitionTime": "2020-01-01T00:00:00Z"}]
-    again, transitions = conditions.merge(stored, [Condition(type="Ready", status="False", reason="Starting")], 1)
+    again, transitions = conditions.merge(
+        stored, [Condition(type="Ready", status="False", reason="Starting")], 1
+    )
     assert again[0]["lastTransitionTime"] == "2020-01-01T00:00:00Z" and transitions == []
     assert conditions.same(stored, again)
-    flipped, transitions = conditions.merge(stored, [Condition(type="Ready", status="True", reason="Ready")], 2)
+    flipped, transitions = conditions.merge(
+        stored, [Condition(type="Ready", status="True", reason="Ready")], 2
+    )
     assert flipped[0]["lastTransitionTime"] != "2020-01-01T00:00:00Z"
     assert flipped[0]["observedGeneration"] == 2
     assert [(t.type, t.status, t.reason) for t in transitions] == [("Ready", "True", "Ready")]

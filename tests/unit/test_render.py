@@ -41,14 +41,18 @@ def _docs(text: str) -> dict[str, dict[str, Any]]:
 
 
 def test_seed_000_pod(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = render(capsys, "-f", str(REPO / "manifests/examples/qwen3-30b-a3b-instruct-2507-eagle3.yaml"))
+    code, out, _ = render(
+        capsys, "-f", str(REPO / "manifests/examples/qwen3-30b-a3b-instruct-2507-eagle3.yaml")
+    )
     assert code == 0
     pod = _docs(out)["Deployment"]["spec"]["template"]["spec"]
     engine = pod["containers"][0]
     assert engine["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}} in pod["volumes"]
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
-    term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+    term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ][0]
     assert term["matchExpressions"] == [
         {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3"]}
     ]
@@ -82,7 +86,9 @@ def test_token_secret_is_referenced_never_copied(tmp_path: Path, capsys: pytest.
     assert {"name": "model-cache", "persistentVolumeClaim": {"claimName": "models"}} in pod["volumes"]
 
 
-def test_a_pair_that_fails_its_check_renders_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_pair_that_fails_its_check_renders_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     body = yaml.safe_load((REPO / "manifests/examples/qwen3-30b-a3b-instruct-2507-eagle3.yaml").read_text())
     body["spec"]["verifier"]["model"] = "Qwen/Qwen3-8B"
     path = tmp_path / "cr.yaml"

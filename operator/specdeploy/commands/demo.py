@@ -7,6 +7,8 @@ with the sandbox), applies the seed example and waits until it is Ready.
 from __future__ import annotations
 
 import argparse
+import json
+import shlex
 import subprocess
 import sys
 import time
@@ -31,9 +33,8 @@ def _say(message: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specdeploy.sandbox import operator_process
-    from specdeploy.sandbox.binaries import BuildError
+    from specdeploy.sandbox.binaries import BuildError, ensure_kubectl
     from specdeploy.sandbox.cluster import Sandbox, SandboxError
-    from specdeploy.sandbox.binaries import ensure_kubectl
 
     if not args.filename.exists():
         print(f"error: {args.filename} not found; run from the repository root or pass -f", file=sys.stderr)
@@ -99,8 +100,8 @@ def run(args: argparse.Namespace) -> int:
         ),
         end="",
     )
-    command = k("get", "-n", args.namespace, "sdep", name, "-o", "jsonpath={.status.command}")
-    _say(f"engine command: {command}")
+    status = json.loads(k("get", "-n", args.namespace, "sdep", name, "-o", "json")).get("status", {})
+    _say(f"engine command: {shlex.join(status.get('command', []))}")
     if ready != "True":
         conditions = k("get", "-n", args.namespace, "sdep", name, "-o", "jsonpath={.status.conditions}")
         print(

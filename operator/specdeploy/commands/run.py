@@ -33,6 +33,12 @@ def register(subparsers: Any) -> None:
         "writes the ValidatingWebhookConfiguration itself (sandbox and development)",
     )
     parser.add_argument("--webhook-configure", action="store_true", help="manage the webhook configuration")
+    parser.add_argument(
+        "--read-token-secrets",
+        action="store_true",
+        help="read the hub token Secret a resource names, for the pairing check's downloads "
+        "(needs RBAC get on secrets; off by default: the engine pods get the token either way)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.set_defaults(func=run)
 

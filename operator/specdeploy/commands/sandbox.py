@@ -40,7 +40,9 @@ def register(subparsers: Any) -> None:
     down.add_argument("--all", action="store_true", help="stop every sandbox under the sandboxes folder")
     down.set_defaults(func=_down)
 
-    build = verbs.add_parser("build", help="build (or find cached) the control-plane binaries, kubectl and helm")
+    build = verbs.add_parser(
+        "build", help="build (or find cached) the control-plane binaries, kubectl and helm"
+    )
     build.set_defaults(func=_build)
 
     status = verbs.add_parser("status", parents=[common], help="list components and nodes")

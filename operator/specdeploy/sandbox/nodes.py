@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from specdeploy.gpus import lookup_gpu
+
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_TAINT_KEY = "nvidia.com/gpu"
 GPU_TAINT_VALUE = "present"
@@ -27,17 +29,6 @@ DEFAULT_NODES_FILE = "sandbox-nodes.yaml"
 
 # GPU memory (MiB) that GPU feature discovery reports for common products, so `add-node` only
 # needs the product name.
-KNOWN_GPU_MEMORY_MIB = {
-    "NVIDIA-H100-80GB-HBM3": 81559,
-    "NVIDIA-H200": 143771,
-    "NVIDIA-A100-SXM4-80GB": 81920,
-    "NVIDIA-A100-SXM4-40GB": 40960,
-    "NVIDIA-L40S": 46068,
-    "NVIDIA-L4": 23034,
-    "Tesla-T4": 15360,
-}
-
-
 class NodeFileError(ValueError):
     """The node description is invalid; the message names the offending entry."""
 
@@ -72,7 +63,8 @@ def gpu_node(
     memory: str = "512Gi",
 ) -> NodeSpec:
     """A GPU node spec; the GPU memory defaults to what GFD reports for known products."""
-    memory_mib = gpu_memory_mib or KNOWN_GPU_MEMORY_MIB.get(product)
+    known = lookup_gpu(product)
+    memory_mib = gpu_memory_mib or (known.memory_mib if known else None)
     if memory_mib is None:
         raise NodeFileError(f"unknown GPU product {product!r}: give its memory in MiB")
     if gpus < 1:

@@ -1,0 +1,44 @@
+"""README's main command, `specdeploy demo`, on a sandbox of its own, then `sandbox down`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def specdeploy(*args: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "specdeploy", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_demo_deploys_the_seed_example_and_down_stops_everything(tmp_path: Path) -> None:
+    env = {**os.environ, "SPECDEPLOY_SANDBOX_ROOT": str(tmp_path), "SPECDEPLOY_SANDBOX": "e2e-demo"}
+    try:
+        first = specdeploy("demo", env=env, timeout=600)
+        assert first.returncode == 0, first.stdout + first.stderr
+        out = first.stdout
+        assert "qwen3-30b-a3b-eagle3" in out and "Qwen/Qwen3-30B-A3B-Instruct-2507" in out
+        assert "engine command: " in out and '"num_speculative_tokens":3' in out
+        assert "specdeploy sandbox down" in out
+        # Running it twice is harmless: the sandbox and the operator are reused.
+        second = specdeploy("demo", env=env, timeout=300)
+        assert second.returncode == 0, second.stdout + second.stderr
+        assert "reused" in second.stdout
+        status = specdeploy("sandbox", "status", env=env, timeout=60)
+        assert "specdeploy-operator" in status.stdout
+    finally:
+        down = specdeploy("sandbox", "down", env=env, timeout=120)
+    assert down.returncode == 0, down.stdout + down.stderr
+    after = specdeploy("sandbox", "status", env=env, timeout=60)
+    assert "not running" in after.stdout + after.stderr

@@ -1,0 +1,273 @@
+"""Pairing check, GPU planning and the SGLang engine, end to end on the sandbox."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from test_reconciler import EXAMPLE, apply, condition, container, get, ready
+
+from clusterlib import Cluster, Kubectl, WaitFor
+
+pytestmark = pytest.mark.usefixtures("operator")
+
+REPO = Path(__file__).resolve().parents[2]
+SGLANG_EXAMPLE = REPO / "manifests" / "examples" / "qwen3-coder-30b-a3b-instruct-sglang-eagle3.yaml"
+
+
+def resource(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "specdeploy.io/v1alpha1",
+        "kind": "SpeculativeDeployment",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def status_condition(kubectl: Kubectl, namespace: str, name: str, type_: str) -> dict[str, Any] | None:
+    return condition(get(kubectl, namespace, "sdep", name), type_)
+
+
+def pods_of(kubectl: Kubectl, namespace: str, name: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = get(kubectl, namespace, "pods", "-l", f"app.kubernetes.io/instance={name}")[
+        "items"
+    ]
+    return items
+
+
+def test_webhook_rejects_a_bad_pair(kubectl: Kubectl, namespace: str) -> None:
+    """The real apiserver calls the operator's webhook over HTTPS and refuses the apply."""
+    bad = resource(
+        "mismatch",
+        verifier={"model": "Qwen/Qwen3-8B"},
+        speculator={"model": "RedHatAI/Qwen3-30B-A3B-Instruct-2507-speculator.eagle3"},
+    )
+    proc = kubectl.run("apply", "-f", "-", input=json.dumps(bad), namespace=namespace)
+    assert proc.returncode != 0
+    assert 'admission webhook "validate.specdeploy.io" denied the request' in proc.stderr
+    assert "VerifierMismatch" in proc.stderr
+    assert "hidden size: speculator expects 2048, verifier Qwen/Qwen3-8B has 4096" in proc.stderr
+    assert kubectl.run("get", "sdep", "mismatch", namespace=namespace).returncode != 0
+
+
+def test_opting_out_of_a_verifier_mismatch_is_admitted_with_a_warning(
+    kubectl: Kubectl, namespace: str, wait_for: WaitFor
+) -> None:
+    """Same architecture, other verifier: the user may insist; the check still warns."""
+    body = resource(
+        "insisted",
+        verifier={"model": "Qwen/Qwen3-Coder-30B-A3B-Instruct"},
+        speculator={"model": "RedHatAI/Qwen3-30B-A3B-Instruct-2507-speculator.eagle3"},
+        parallelism={"tensor": 1},
+        pairing={"allowVerifierMismatch": True},
+    )
+    apply(kubectl, namespace, body)
+    wait_for(lambda: ready(kubectl, namespace, "insisted"), 90, "Ready")
+    checks = get(kubectl, namespace, "sdep", "insisted")["status"]["pairing"]["checks"]
+    declared = next(c for c in checks if c["name"] == "declaredVerifier")
+    assert declared["status"] == "Warning" and "Qwen/Qwen3-Coder-30B-A3B-Instruct" in declared["message"]
+
+
+def test_an_update_that_breaks_the_pair_keeps_the_last_good_deployment(
+    kubectl: Kubectl, namespace: str, wait_for: WaitFor
+) -> None:
+    body: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    apply(kubectl, namespace, body)
+    wait_for(lambda: ready(kubectl, namespace, body["metadata"]["name"]), 90, "Ready")
+    name = body["metadata"]["name"]
+    good = get(kubectl, namespace, "deployment", name)
+    # A ConfigMap that describes the speculator as a Llama-sized draft: the webhook cannot know
+    # it (it does not read ConfigMaps), the reconcile does, and the check fails.
+    wrong = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "vocab_size": 128256,
+        "draft_vocab_size": 32000,
+        "intermediate_size": 14336,
+    }
+    kubectl(
+        "create",
+        "configmap",
+        "draft-metadata",
+        f"--from-literal=speculator.json={json.dumps(wrong)}",
+        namespace=namespace,
+    )
+    kubectl(
+        "patch",
+        "sdep",
+        name,
+        "--type=merge",
+        "-p",
+        '{"spec": {"pairing": {"metadataConfigMap": "draft-metadata"}}}',
+        namespace=namespace,
+    )
+
+    def degraded() -> dict[str, Any] | None:
+        current = get(kubectl, namespace, "sdep", name)
+        cond = condition(current, "Degraded")
+        fresh = current["status"].get("observedGeneration") == current["metadata"]["generation"]
+        return current if fresh and cond and cond["status"] == "True" else None
+
+    current = wait_for(degraded, 30, "Degraded")
+    pairing = condition(current, "PairingVerified")
+    assert pairing is not None and pairing["status"] == "False"
+    assert "hidden size: speculator expects 4096" in pairing["message"]
+    kept = get(kubectl, namespace, "deployment", name)
+    assert container(kept)["command"] == container(good)["command"]
+    assert kept["metadata"]["generation"] == good["metadata"]["generation"]
+    assert condition(current, "Ready")["reason"] == "PreviousVersionServing"  # type: ignore[index]
+    assert [p["status"]["phase"] for p in pods_of(kubectl, namespace, name)] == ["Running"]
+
+
+def test_a_pair_that_fails_its_check_never_starts_pods(
+    kubectl: Kubectl, namespace: str, wait_for: WaitFor
+) -> None:
+    wrong = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "vocab_size": 151936,
+        "draft_vocab_size": 32000,
+    }
+    kubectl(
+        "create",
+        "configmap",
+        "draft-metadata",
+        f"--from-literal=speculator.json={json.dumps(wrong)}",
+        namespace=namespace,
+    )
+    body = resource(
+        "never",
+        verifier={"model": "Qwen/Qwen3-30B-A3B-Instruct-2507"},
+        speculator={"model": "acme/private-draft"},
+        pairing={"metadataConfigMap": "draft-metadata"},
+    )
+    apply(kubectl, namespace, body)
+    cond = wait_for(
+        lambda: (
+            (c := status_condition(kubectl, namespace, "never", "PairingVerified"))
+            and c["status"] == "False"
+            and c
+        ),
+        30,
+        "PairingVerified=False",
+    )
+    assert cond["reason"] == "HiddenSizeMismatch"
+    assert kubectl.run("get", "deployment", "never", namespace=namespace).returncode != 0
+    assert pods_of(kubectl, namespace, "never") == []
+
+
+def test_an_unreachable_hub_is_a_condition_not_a_crash(
+    kubectl: Kubectl, namespace: str, wait_for: WaitFor, operator: Any
+) -> None:
+    body = resource(
+        "offline",
+        verifier={"model": "acme/private-model"},
+        speculator={"model": "acme/private-draft"},
+        modelAccess={"endpoint": "http://127.0.0.1:9"},
+    )
+    apply(kubectl, namespace, body)
+    cond = wait_for(
+        lambda: (
+            (c := status_condition(kubectl, namespace, "offline", "PairingVerified"))
+            and c["status"] == "Unknown"
+            and c
+        ),
+        60,
+        "PairingVerified=Unknown",
+    )
+    assert cond["reason"] == "HubUnreachable" and "acme/private" in cond["message"]
+    assert operator.process.poll() is None
+    assert kubectl.run("get", "deployment", "offline", namespace=namespace).returncode != 0
+
+
+def test_auto_tensor_parallel_lands_on_a_fitting_node(
+    kubectl: Kubectl, namespace: str, wait_for: WaitFor
+) -> None:
+    body = resource(
+        "llama70b",
+        verifier={"model": "meta-llama/Llama-3.3-70B-Instruct"},
+        speculator={"model": "RedHatAI/Llama-3.3-70B-Instruct-speculator.eagle3"},
+    )
+    apply(kubectl, namespace, body)
+    current = wait_for(lambda: ready(kubectl, namespace, "llama70b"), 90, "Ready")
+    plan = current["status"]["plan"]
+    tp = plan["tensorParallelSize"]
+    assert tp > 1 and current["status"]["tensorParallelSize"] == tp
+    deployment = get(kubectl, namespace, "deployment", "llama70b")
+    assert container(deployment)["resources"]["limits"]["nvidia.com/gpu"] == str(tp)
+    command = container(deployment)["command"]
+    assert command[command.index("--tensor-parallel-size") + 1] == str(tp)
+    node = get(kubectl, "", "node", pods_of(kubectl, namespace, "llama70b")[0]["spec"]["nodeName"])
+    assert node["metadata"]["labels"]["nvidia.com/gpu.product"] == plan["gpuProduct"]
+    assert int(node["status"]["allocatable"]["nvidia.com/gpu"]) >= tp
+
+
+def test_no_node_fits_until_a_suitable_node_joins(
+    kubectl: Kubectl, namespace: str, wait_for: WaitFor, cluster: Cluster
+) -> None:
+    from specdeploy.sandbox import nodes
+
+    body: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    body["metadata"]["name"] = "b200-only"
+    body["spec"]["parallelism"] = {"tensor": 1, "gpuProduct": "b200"}
+    apply(kubectl, namespace, body)
+    cond = wait_for(
+        lambda: (
+            (c := status_condition(kubectl, namespace, "b200-only", "Schedulable"))
+            and c["status"] == "False"
+            and c
+        ),
+        30,
+        "Schedulable=False",
+    )
+    assert cond["reason"] == "NoNodeFits"
+    assert "B200" in cond["message"]
+    assert kubectl.run("get", "deployment", "b200-only", namespace=namespace).returncode != 0
+    assert pods_of(kubectl, namespace, "b200-only") == []
+
+    node_name = f"b200-{namespace[-6:]}"
+    nodes.add_node(
+        nodes.gpu_node(node_name, "NVIDIA-B200", 8, 183359),
+        kubeconfig=cluster.kubeconfig,
+    )
+    try:
+        wait_for(lambda: ready(kubectl, namespace, "b200-only"), 60, "Ready after a B200 node joined")
+        assert pods_of(kubectl, namespace, "b200-only")[0]["spec"]["nodeName"] == node_name
+    finally:
+        kubectl("delete", "node", node_name, "--wait=false")
+
+
+def test_sglang_example_is_ready_with_eight_gpus_on_one_node(
+    kubectl: Kubectl, namespace: str, wait_for: WaitFor
+) -> None:
+    body: dict[str, Any] = yaml.safe_load(SGLANG_EXAMPLE.read_text())
+    name = body["metadata"]["name"]
+    apply(kubectl, namespace, body)
+    current = wait_for(lambda: ready(kubectl, namespace, name), 90, "Ready")
+    deployment = get(kubectl, namespace, "deployment", name)
+    command = container(deployment)["command"]
+    assert command[:3] == ["python3", "-m", "sglang.launch_server"]
+    assert command[command.index("--speculative-algorithm") + 1] == "EAGLE3"
+    for flag, value in (
+        ("--speculative-num-steps", "5"),
+        ("--speculative-eagle-topk", "8"),
+        ("--speculative-num-draft-tokens", "64"),
+        ("--tp-size", "8"),
+    ):
+        assert command[command.index(flag) + 1] == value
+    assert container(deployment)["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    pod = pods_of(kubectl, namespace, name)[0]
+    node = get(kubectl, "", "node", pod["spec"]["nodeName"])
+    assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8"
+    assert current["status"]["endpoint"].endswith(":30000/v1")

@@ -1,0 +1,250 @@
+"""Issue: install paths. The Helm chart renders and lints, and the checked-in copies are current.
+
+manifests/install.yaml is ``helm template`` of the chart with default values plus the Namespace.
+Its webhook certificates come from Helm's genCA, different on every render, so the staleness
+check compares the file with certificate data masked. Regenerate (and review the diff) with
+``UPDATE_GOLDEN=1 pytest tests/unit/test_install_manifests.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import specdeploy
+from specdeploy.sandbox import binaries
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "specdeploy"
+INSTALL_YAML = REPO / "manifests" / "install.yaml"
+INSTALL_NAMESPACE = "specdeploy-system"
+CERT_FIELD = re.compile(r"^(\s*(?:ca\.crt|tls\.crt|tls\.key|caBundle):\s*)\S+$", re.MULTILINE)
+HEADER = f"""\
+# specdeploy operator: everything `helm install` would create with the chart's default values,
+# for `kubectl apply --server-side -f install.yaml`. Generated from charts/specdeploy by
+# `helm template specdeploy charts/specdeploy --namespace {INSTALL_NAMESPACE} --include-crds`;
+# do not edit. The webhook certificate below was generated when this file was rendered and is
+# the same for everyone who applies it: prefer `helm install` (fresh certificates per install)
+# or cert-manager for production clusters.
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: {INSTALL_NAMESPACE}
+  labels:
+    app.kubernetes.io/part-of: specdeploy
+"""
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    return str(binaries.ensure_helm())
+
+
+def run_helm(helm: str, *args: str) -> str:
+    proc = subprocess.run([helm, *args], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, f"helm {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def template(helm: str, *args: str) -> list[dict[str, Any]]:
+    out = run_helm(helm, "template", "specdeploy", str(CHART), "--namespace", INSTALL_NAMESPACE, *args)
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def render_install_yaml(helm: str) -> str:
+    body = run_helm(
+        helm, "template", "specdeploy", str(CHART), "--namespace", INSTALL_NAMESPACE, "--include-crds"
+    )
+    return HEADER + body
+
+
+def masked(text: str) -> str:
+    return CERT_FIELD.sub(r"\1<certificate data>", text)
+
+
+def find(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    return next(d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name))
+
+
+def test_install_yaml_is_current(helm: str) -> None:
+    rendered = render_install_yaml(helm)
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        INSTALL_YAML.write_text(rendered)
+    assert INSTALL_YAML.is_file(), "missing manifests/install.yaml; run with UPDATE_GOLDEN=1"
+    assert masked(INSTALL_YAML.read_text()) == masked(rendered), (
+        "manifests/install.yaml is stale: regenerate with "
+        "UPDATE_GOLDEN=1 pytest tests/unit/test_install_manifests.py"
+    )
+
+
+def test_chart_ships_the_generated_crd_byte_for_byte() -> None:
+    """Helm installs crds/ as is; a copy (not a symlink) survives `helm package` everywhere."""
+    generated = REPO / "crds" / "specdeploy.io_speculativedeployments.yaml"
+    shipped = CHART / "crds" / generated.name
+    assert not shipped.is_symlink()
+    assert shipped.read_bytes() == generated.read_bytes(), (
+        f"copy {generated.relative_to(REPO)} to {shipped.relative_to(REPO)} (make crd regenerates the former)"
+    )
+
+
+def test_chart_app_version_is_the_package_version() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["appVersion"] == specdeploy.__version__
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [],
+        ["--set", "watchNamespaces={a,b}"],
+        ["--set", "webhook.certManager.enabled=true"],
+        ["--set", "webhook.enabled=false", "--set", "metrics.enabled=false"],
+        ["--set", "catalog.engines.vllm.eagle3.MistralForCausalLM=unconfirmed"],
+    ],
+    ids=["defaults", "namespaces", "cert-manager", "minimal", "catalog"],
+)
+def test_helm_lint_passes(helm: str, values: list[str]) -> None:
+    run_helm(helm, "lint", "--strict", str(CHART), *values)
+
+
+def test_schema_rejects_unknown_and_invalid_values(helm: str) -> None:
+    for bad in ("webhook.failurePolicy=Sometimes", "replicas=2", "catalog.models.x=1"):
+        proc = subprocess.run(
+            [helm, "template", "x", str(CHART), "--set", bad], capture_output=True, text=True, timeout=60
+        )
+        assert proc.returncode != 0, bad
+
+
+def test_operator_pod_is_restricted_and_single(helm: str) -> None:
+    docs = template(helm)
+    deployment = find(docs, "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 65532
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "probe"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "probe"}
+    assert set(container["resources"]) == {"requests", "limits"}
+    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+    assert container["image"] == f"ghcr.io/specdeploy/specdeploy:{specdeploy.__version__}"
+    assert "--webhook-cert-dir=/tls" in container["args"]
+
+
+def test_image_settings(helm: str) -> None:
+    digest = "sha256:" + "a" * 64
+    docs = template(
+        helm,
+        "--set", "image.registry=registry.example.com",
+        "--set", "image.repository=mirror/specdeploy",
+        "--set", f"image.digest={digest}",
+        "--set", "image.pullPolicy=Always",
+        "--set", "imagePullSecrets={regcred}",
+    )  # fmt: skip
+    pod = find(docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == f"registry.example.com/mirror/specdeploy@{digest}"
+    assert pod["containers"][0]["imagePullPolicy"] == "Always"
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+
+
+def _rules(role: dict[str, Any]) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+NAMESPACED = {
+    ("specdeploy.io", "speculativedeployments", "get"),
+    ("specdeploy.io", "speculativedeployments", "list"),
+    ("specdeploy.io", "speculativedeployments", "watch"),
+    ("specdeploy.io", "speculativedeployments/status", "get"),
+    ("specdeploy.io", "speculativedeployments/status", "patch"),
+    *{("apps", "deployments", v) for v in ("get", "list", "watch", "create", "patch")},
+    *{("", "services", v) for v in ("get", "list", "watch", "create", "patch")},
+    ("", "configmaps", "get"),
+    ("", "events", "create"),
+}
+CLUSTER = {
+    ("", "nodes", "get"),
+    ("", "nodes", "list"),
+    ("", "nodes", "watch"),
+    ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
+    ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
+}
+
+
+def test_rbac_is_exactly_what_the_operator_uses(helm: str) -> None:
+    clusterwide = template(helm)
+    assert _rules(find(clusterwide, "ClusterRole")) == NAMESPACED | CLUSTER
+    assert not [d for d in clusterwide if d["kind"] in ("Role", "RoleBinding")]
+
+    namespaced = template(helm, "--set", "watchNamespaces={a,b}")
+    namespaces = {("", "namespaces", "list"), ("", "namespaces", "watch")}
+    assert _rules(find(namespaced, "ClusterRole")) == CLUSTER | namespaces
+    roles = [d for d in namespaced if d["kind"] == "Role"]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["a", "b"]
+    assert all(_rules(r) == NAMESPACED for r in roles)
+    bindings = [d for d in namespaced if d["kind"] == "RoleBinding"]
+    assert all(b["subjects"][0]["namespace"] == INSTALL_NAMESPACE for b in bindings)
+    for doc in clusterwide + namespaced:
+        if doc["kind"] in ("Role", "ClusterRole"):
+            assert not [r for r in doc["rules"] if "secrets" in r["resources"] or "*" in r["verbs"]]
+
+
+def test_webhook_configuration(helm: str) -> None:
+    docs = template(helm)
+    (webhook,) = find(docs, "ValidatingWebhookConfiguration")["webhooks"]
+    assert webhook["failurePolicy"] == "Ignore"
+    assert webhook["timeoutSeconds"] == 5
+    assert webhook["sideEffects"] == "None"
+    assert webhook["admissionReviewVersions"] == ["v1"]
+    assert webhook["rules"] == [
+        {
+            "apiGroups": ["specdeploy.io"],
+            "apiVersions": ["v1alpha1"],
+            "resources": ["speculativedeployments"],
+            "operations": ["CREATE", "UPDATE"],
+            "scope": "Namespaced",
+        }
+    ]
+    service = webhook["clientConfig"]["service"]
+    assert service["path"] == "/validate"
+    secret = find(docs, "Secret")
+    assert webhook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+
+    managed = template(helm, "--set", "webhook.certManager.enabled=true")
+    vwc = find(managed, "ValidatingWebhookConfiguration")
+    assert "caBundle" not in vwc["webhooks"][0]["clientConfig"]
+    certificate = find(managed, "Certificate")
+    assert vwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == (
+        f"{INSTALL_NAMESPACE}/{certificate['metadata']['name']}"
+    )
+    assert certificate["spec"]["dnsNames"][0] == f"{service['name']}.{INSTALL_NAMESPACE}.svc"
+    assert not [d for d in managed if d["kind"] == "Secret"]
+
+    off = template(helm, "--set", "webhook.enabled=false")
+    assert not [d for d in off if d["kind"] in ("ValidatingWebhookConfiguration", "Secret")]
+    assert not [a for a in find(off, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+                if a.startswith("--webhook")]  # fmt: skip
+
+
+def test_helm_is_stamped_with_its_version() -> None:
+    flags = binaries.helm_ldflags("v3.22.0")
+    assert "-X helm.sh/helm/v3/internal/version.version=v3.22.0" in flags
+    assert "-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37" in flags
