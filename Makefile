@@ -16,7 +16,7 @@ demo: $(STAMP)
 	$(VENV)/bin/specdeploy demo
 
 test: $(STAMP)
-	$(VENV)/bin/ruff check operator tests
+	$(VENV)/bin/ruff check operator tests bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/specdeploy sandbox build
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests

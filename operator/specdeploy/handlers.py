@@ -148,8 +148,8 @@ def _latest(index: kopf.Index[Any, Any], key: Any) -> Any:
 
 async def _reconcile(key: Key, indices: dict[str, kopf.Index[Any, Any]], logger: Any) -> None:
     lock = STATE.locks.setdefault(key, asyncio.Lock())
-    started = time.monotonic()
     async with lock:
+        started = time.monotonic()
         body = _latest(indices["resources"], key)
         if body is None or body["metadata"].get("deletionTimestamp"):
             _forget(key)

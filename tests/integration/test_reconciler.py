@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from clusterlib import Cluster, Kubectl, WaitFor
-from conftest import Operator
+from specdeploy.sandbox.operator_process import LocalOperator
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -261,7 +261,7 @@ def _operator_writes(audit_log: Path, namespace: str, since: int) -> list[dict[s
     return writes
 
 
-def _reconciles(operator: Operator) -> float:
+def _reconciles(operator: LocalOperator) -> float:
     with urllib.request.urlopen(operator.metrics_url, timeout=5) as response:
         text = response.read().decode()
     return sum(
@@ -272,7 +272,7 @@ def _reconciles(operator: Operator) -> float:
 
 
 def test_unchanged_resource_reconciles_with_zero_writes(
-    kubectl: Kubectl, namespace: str, wait_for: WaitFor, cluster: Cluster, operator: Operator
+    kubectl: Kubectl, namespace: str, wait_for: WaitFor, cluster: Cluster, operator: LocalOperator
 ) -> None:
     if cluster.audit_log is None:
         pytest.skip("needs the sandbox's audit log")

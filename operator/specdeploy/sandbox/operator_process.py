@@ -1,7 +1,8 @@
-"""The operator as a background process of a sandbox (``specdeploy demo``).
+"""The operator as a local background process: for ``specdeploy demo``, tests and benchmarks.
 
-It is registered in the sandbox's state like a control-plane component, so ``sandbox down``
-stops it too. Its webhook and probes listen on loopback only.
+Probes, metrics and the admission webhook listen on loopback only. Under ``specdeploy demo`` the
+process is registered in the sandbox's state like a control-plane component, so
+``sandbox down`` stops it too.
 """
 
 from __future__ import annotations
@@ -11,12 +12,105 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 from specdeploy.sandbox.cluster import Sandbox, SandboxError, free_ports, pid_alive, process_start_time
 
 NAME = "specdeploy-operator"
 START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 20.0
+
+
+@dataclass(frozen=True)
+class LocalOperator:
+    """A running ``specdeploy run`` process and where to read it."""
+
+    process: subprocess.Popen[bytes]
+    ports: tuple[int, ...]
+    probe_url: str
+    metrics_url: str
+    log: Path
+
+    def log_tail(self, lines: int = 60) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=STOP_TIMEOUT_S)
+
+
+def start_operator(
+    kubeconfig: Path,
+    log: Path,
+    webhook_dir: Path | None,
+    extra_args: tuple[str, ...] = (),
+    detach: bool = False,
+) -> LocalOperator:
+    """Start the operator against ``kubeconfig`` and wait until /healthz answers.
+
+    With ``webhook_dir`` it also serves the validating webhook on 127.0.0.1 (certificates
+    there) and writes the webhook configuration itself, as a sandbox needs.
+    """
+    probe, metrics, webhook = free_ports(3)
+    argv = [
+        sys.executable,
+        "-m",
+        "specdeploy",
+        "run",
+        "--probe-address",
+        "127.0.0.1",
+        "--probe-port",
+        str(probe),
+        "--metrics-port",
+        str(metrics),
+        *extra_args,
+    ]
+    if webhook_dir is not None:
+        argv += [
+            "--webhook-address",
+            "127.0.0.1",
+            "--webhook-port",
+            str(webhook),
+            "--webhook-host",
+            "127.0.0.1",
+            "--webhook-configure",
+            "--webhook-cert-dir",
+            str(webhook_dir),
+        ]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        process = subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+            start_new_session=detach,
+        )
+    running = LocalOperator(
+        process,
+        (probe, metrics, webhook),
+        f"http://127.0.0.1:{probe}/healthz",
+        f"http://127.0.0.1:{metrics}/metrics",
+        log,
+    )
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SandboxError(f"the operator exited with {process.returncode}:\n{running.log_tail()}")
+        try:
+            with urllib.request.urlopen(running.probe_url, timeout=2) as response:
+                if response.status == 200:
+                    return running
+        except OSError:
+            time.sleep(0.3)
+    running.stop()
+    raise SandboxError(f"the operator did not answer {running.probe_url} within {START_TIMEOUT_S:.0f}s")
 
 
 def log_path(sandbox: Sandbox) -> Path:
@@ -31,54 +125,11 @@ def running_pid(sandbox: Sandbox) -> int | None:
 
 
 def ensure_running(sandbox: Sandbox) -> int:
-    """Start the operator against the sandbox unless it already runs; wait for /healthz."""
+    """The sandbox's operator, started detached (and registered) unless it already runs."""
     pid = running_pid(sandbox)
     if pid is not None:
         return pid
-    probe, metrics, webhook = free_ports(3)
-    sandbox.logs.mkdir(parents=True, exist_ok=True)
-    argv = [
-        sys.executable,
-        "-m",
-        "specdeploy",
-        "run",
-        "--probe-address",
-        "127.0.0.1",
-        "--probe-port",
-        str(probe),
-        "--metrics-port",
-        str(metrics),
-        "--webhook-address",
-        "127.0.0.1",
-        "--webhook-port",
-        str(webhook),
-        "--webhook-host",
-        "127.0.0.1",
-        "--webhook-configure",
-        "--webhook-cert-dir",
-        str(sandbox.dir / "webhook-tls"),
-    ]
-    with open(log_path(sandbox), "ab") as log:
-        proc = subprocess.Popen(
-            argv,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, "KUBECONFIG": str(sandbox.kubeconfig)},
-            start_new_session=True,
-        )
-    sandbox.register_process(NAME, proc.pid, process_start_time(proc.pid), [probe, metrics, webhook])
-    deadline = time.monotonic() + START_TIMEOUT_S
-    url = f"http://127.0.0.1:{probe}/healthz"
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SandboxError(f"the operator exited with {proc.returncode}; see {log_path(sandbox)}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return proc.pid
-        except OSError:
-            time.sleep(0.5)
-    raise SandboxError(
-        f"the operator did not answer {url} within {START_TIMEOUT_S:.0f}s; see {log_path(sandbox)}"
-    )
+    running = start_operator(sandbox.kubeconfig, log_path(sandbox), sandbox.dir / "webhook-tls", detach=True)
+    pid = running.process.pid
+    sandbox.register_process(NAME, pid, process_start_time(pid), list(running.ports))
+    return pid

@@ -1,0 +1,192 @@
+"""How much the operator costs at N resources: time to Ready, writes, CPU, memory, restarts.
+
+Starts a sandbox of its own (or uses --kubeconfig), adds enough simulated H100 nodes for N
+single-GPU pairs, runs the operator as a real process and creates N SpeculativeDeployments.
+Prints numbers; asserts nothing. Every server is on loopback; every wait is bounded.
+
+    python bench/reconcile_scale.py --resources 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+
+from specdeploy import api
+from specdeploy.sandbox import nodes
+from specdeploy.sandbox.cluster import Sandbox
+from specdeploy.sandbox.operator_process import start_operator
+
+REPO = Path(__file__).resolve().parents[1]
+CRD = REPO / "crds" / "specdeploy.io_speculativedeployments.yaml"
+NAMESPACE = "bench"
+GPUS_PER_NODE = 8
+
+
+def resource(index: int) -> dict[str, Any]:
+    return {
+        "apiVersion": api.API_VERSION,
+        "kind": api.KIND,
+        "metadata": {"name": f"pair-{index:05d}", "namespace": NAMESPACE},
+        "spec": {
+            "verifier": {"model": "Qwen/Qwen3-30B-A3B-Instruct-2507"},
+            "speculator": {"model": "RedHatAI/Qwen3-30B-A3B-Instruct-2507-speculator.eagle3"},
+            "parallelism": {"tensor": 1, "gpuProduct": "h100-80gb"},
+        },
+    }
+
+
+def metric_sums(url: str) -> dict[str, float]:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    sums: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("specdeploy_") and not line.startswith("#"):
+            name_labels, value = line.rsplit(" ", 1)
+            sums[name_labels] = float(value)
+    return sums
+
+
+def writes(sums: dict[str, float]) -> float:
+    return sum(v for k, v in sums.items() if k.startswith("specdeploy_writes_total{"))
+
+
+def reconciles(sums: dict[str, float]) -> float:
+    return sum(v for k, v in sums.items() if k.startswith("specdeploy_reconciles_total{"))
+
+
+def proc_usage(pid: int) -> tuple[float, float]:
+    """(CPU seconds, resident MiB) of a process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu = (int(fields[11]) + int(fields[12])) / ticks
+    rss_pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+    return cpu, rss_pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def ready_count(custom: client.CustomObjectsApi) -> int:
+    items = custom.list_namespaced_custom_object(api.GROUP, api.VERSION, NAMESPACE, api.PLURAL)["items"]
+    count = 0
+    for item in items:
+        for cond in item.get("status", {}).get("conditions", []):
+            if cond["type"] == "Ready" and cond["status"] == "True":
+                count += 1
+    return count
+
+
+def wait(what: str, predicate: Any, timeout: float) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if predicate():
+            return time.monotonic() - started
+        time.sleep(1.0)
+    raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def run(kubeconfig: Path, count: int, workdir: Path, timeout: float) -> dict[str, Any]:
+    config.load_kube_config(str(kubeconfig))
+    core, custom = client.CoreV1Api(), client.CustomObjectsApi()
+    subprocess.run(
+        ["kubectl", f"--kubeconfig={kubeconfig}", "apply", "--server-side", "-f", str(CRD)],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        [
+            "kubectl",
+            f"--kubeconfig={kubeconfig}",
+            "wait",
+            "--for=condition=Established",
+            "crd/speculativedeployments.specdeploy.io",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    for i in range((count + GPUS_PER_NODE - 1) // GPUS_PER_NODE):
+        nodes.add_node(
+            nodes.gpu_node(f"bench-h100-{i:04d}", "NVIDIA-H100-80GB-HBM3", GPUS_PER_NODE), core_v1=core
+        )
+    core.create_namespace({"metadata": {"name": NAMESPACE}})
+
+    operator = start_operator(kubeconfig, workdir / "operator.log", webhook_dir=None)
+    results: dict[str, Any] = {"resources": count}
+    try:
+        base_cpu, base_rss = proc_usage(operator.process.pid)
+        results["operator_idle_rss_mib"] = round(base_rss, 1)
+        started = time.monotonic()
+        for i in range(count):
+            custom.create_namespaced_custom_object(api.GROUP, api.VERSION, NAMESPACE, api.PLURAL, resource(i))
+        results["create_seconds"] = round(time.monotonic() - started, 1)
+        results["all_ready_seconds"] = round(
+            results["create_seconds"] + wait("all Ready", lambda: ready_count(custom) == count, timeout), 1
+        )
+        cpu, rss = proc_usage(operator.process.pid)
+        sums = metric_sums(operator.metrics_url)
+        results["operator_cpu_seconds_to_ready"] = round(cpu - base_cpu, 1)
+        results["operator_rss_mib_at_ready"] = round(rss, 1)
+        results["writes_per_resource_to_ready"] = round(writes(sums) / count, 2)
+        results["reconciles_per_resource_to_ready"] = round(reconciles(sums) / count, 2)
+        results["mean_reconcile_ms"] = round(
+            1000
+            * sums["specdeploy_reconcile_duration_seconds_sum"]
+            / sums["specdeploy_reconcile_duration_seconds_count"],
+            2,
+        )
+
+        time.sleep(30)
+        idle_sums = metric_sums(operator.metrics_url)
+        cpu_idle, _ = proc_usage(operator.process.pid)
+        results["idle_30s_writes"] = writes(idle_sums) - writes(sums)
+        results["idle_30s_cpu_seconds"] = round(cpu_idle - cpu, 2)
+    finally:
+        operator.stop()
+
+    restarted = start_operator(kubeconfig, workdir / "operator-restart.log", webhook_dir=None)
+    try:
+        started = time.monotonic()
+        wait(
+            "the restarted operator to resync every resource",
+            lambda: reconciles(metric_sums(restarted.metrics_url)) >= count,
+            timeout,
+        )
+        results["restart_resync_seconds"] = round(time.monotonic() - started, 1)
+        time.sleep(5)
+        results["restart_writes"] = writes(metric_sums(restarted.metrics_url))
+    finally:
+        restarted.stop()
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--resources", type=int, default=500)
+    parser.add_argument("--kubeconfig", type=Path, help="use this cluster instead of a new sandbox")
+    parser.add_argument("--timeout", type=float, default=900.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="specdeploy-bench-") as tmp:
+        workdir = Path(tmp)
+        if args.kubeconfig:
+            results = run(args.kubeconfig, args.resources, workdir, args.timeout)
+        else:
+            sandbox = Sandbox(f"bench-{os.getpid()}", workdir / "sandboxes")
+            try:
+                sandbox.up(owner_pid=os.getpid())
+                results = run(sandbox.kubeconfig, args.resources, workdir, args.timeout)
+            finally:
+                sandbox.down()
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
