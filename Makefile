@@ -26,6 +26,7 @@ unit: $(STAMP)
 
 crd: $(STAMP)
 	$(VENV)/bin/specdeploy crd -o crds/specdeploy.io_speculativedeployments.yaml
+	cp crds/specdeploy.io_speculativedeployments.yaml charts/specdeploy/crds/
 
 clean:
 	-$(VENV)/bin/specdeploy sandbox down

@@ -224,8 +224,32 @@ def test_deleting_the_resource_removes_every_child(
         ({"replicas": -1}, "spec.replicas"),
         ({"parallelism": {"tensor": 3}}, "spec.parallelism.tensor"),
         ({"engine": {"name": "vllm", "sglang": {"numSteps": 5}}}, "spec.engine.sglang"),
+        (
+            {"engine": {"name": "sglang", "sglang": {"numSteps": 3, "eagleTopk": 1, "numDraftTokens": 8}}},
+            "spec.engine.sglang.numDraftTokens",
+        ),
+        ({"engine": {"name": "vllm", "args": ["--tensor-parallel-size", "2"]}}, "spec.engine.args[0]"),
+        (
+            {
+                "speculator": {
+                    "model": "RedHatAI/Qwen3-30B-A3B-Instruct-2507-speculator.eagle3",
+                    "draftTensorParallelSize": 2,
+                }
+            },
+            "spec.speculator.draftTensorParallelSize",
+        ),
     ],
-    ids=["zero-tokens", "unknown-engine", "no-verifier", "negative-replicas", "tp-3", "sglang-knobs-on-vllm"],
+    ids=[
+        "zero-tokens",
+        "unknown-engine",
+        "no-verifier",
+        "negative-replicas",
+        "tp-3",
+        "sglang-knobs-on-vllm",
+        "sglang-topk1-draft-tokens",
+        "args-duplicate-an-owned-flag",
+        "draft-tp-not-1-or-tp",
+    ],
 )
 def test_invalid_resources_are_rejected_naming_the_field(
     kubectl: Kubectl, namespace: str, change: dict[str, Any], field: str

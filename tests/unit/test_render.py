@@ -103,3 +103,21 @@ def test_no_node_fits_renders_nothing(capsys: pytest.CaptureFixture[str]) -> Non
     code, out, err = render(capsys, "-f", str(path), "--gpus", "l4:4")
     assert (code, out) == (1, "")
     assert "NoNodeFits" in err and "8 x" in err
+
+
+def test_cluster_wide_engine_image_default(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The chart's engineImages values reach the pods; a resource's own image still wins."""
+    monkeypatch.setenv("SPECDEPLOY_VLLM_IMAGE", "mirror.example/vllm-openai:v0.33.0")
+    path = REPO / "manifests/examples/qwen3-30b-a3b-instruct-2507-eagle3.yaml"
+    code, out, _ = render(capsys, "-f", str(path))
+    assert code == 0
+    assert _docs(out)["Deployment"]["spec"]["template"]["spec"]["containers"][0]["image"] == (
+        "mirror.example/vllm-openai:v0.33.0"
+    )
+    sglang = REPO / "manifests/examples/qwen3-coder-30b-a3b-instruct-sglang-eagle3.yaml"
+    code, out, _ = render(capsys, "-f", str(sglang))
+    assert _docs(out)["Deployment"]["spec"]["template"]["spec"]["containers"][0]["image"].startswith(
+        "lmsysorg/"
+    )

@@ -8,6 +8,7 @@ spec, so ``specdeploy render`` and the operator produce the same bytes.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -117,6 +118,13 @@ def speculator(spec: api.SpeculativeDeploymentSpec) -> tuple[api.Speculator, str
     if spec_ is None or spec_.model is None or spec_.num_speculative_tokens is None:
         raise ValueError("spec.speculator.model and numSpeculativeTokens must be resolved before rendering")
     return spec_, spec_.model, spec_.num_speculative_tokens
+
+
+def image(spec: api.SpeculativeDeploymentSpec, default: str) -> str:
+    """The resource's image, else the cluster-wide default (SPECDEPLOY_<ENGINE>_IMAGE, set by the
+    Helm chart to pull through a mirror), else the image pinned in this release."""
+    override = os.environ.get(f"SPECDEPLOY_{spec.engine.name.upper()}_IMAGE")
+    return spec.engine.image or override or default
 
 
 def http_probe(path: str, port: int, period_s: int, failure_threshold: int, timeout_s: int) -> dict[str, Any]:

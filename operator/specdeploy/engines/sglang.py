@@ -26,6 +26,7 @@ from specdeploy.engines.base import (
     OwnedFlag,
     draft_tp_errors,
     http_probe,
+    image,
     merged_env,
     owned_flag_errors,
     speculator,
@@ -150,7 +151,7 @@ class SglangEngine:
         """
         return EngineLaunch(
             engine=self.name,
-            image=spec.engine.image or DEFAULT_IMAGE,
+            image=image(spec, DEFAULT_IMAGE),
             command=self.command(spec),
             port=PORT,
             startup_probe=startup_probe("/health_generate", PORT, timeout_s=30),

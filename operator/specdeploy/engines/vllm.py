@@ -19,6 +19,7 @@ from specdeploy.engines.base import (
     OwnedFlag,
     draft_tp_errors,
     http_probe,
+    image,
     merged_env,
     owned_flag_errors,
     speculator,
@@ -104,7 +105,7 @@ class VllmEngine:
         """vLLM's ``/health`` answers 200 once the engine serves and 503 when it is dead or draining."""
         return EngineLaunch(
             engine=self.name,
-            image=spec.engine.image or DEFAULT_IMAGE,
+            image=image(spec, DEFAULT_IMAGE),
             command=self.command(spec),
             port=PORT,
             startup_probe=startup_probe("/health", PORT, timeout_s=5),
