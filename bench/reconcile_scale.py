@@ -24,6 +24,7 @@ from kubernetes import client, config
 
 from specdeploy import api
 from specdeploy.sandbox import nodes
+from specdeploy.sandbox.binaries import ensure_kubectl
 from specdeploy.sandbox.cluster import Sandbox
 from specdeploy.sandbox.operator_process import start_operator
 
@@ -97,20 +98,19 @@ def run(kubeconfig: Path, count: int, workdir: Path, timeout: float) -> dict[str
     config.load_kube_config(str(kubeconfig))
     core, custom = client.CoreV1Api(), client.CustomObjectsApi()
     subprocess.run(
-        ["kubectl", f"--kubeconfig={kubeconfig}", "apply", "--server-side", "-f", str(CRD)],
+        [str(ensure_kubectl()), f"--kubeconfig={kubeconfig}", "apply", "--server-side", "-f", str(CRD)],
         check=True,
         capture_output=True,
     )
-    subprocess.run(
-        [
-            "kubectl",
-            f"--kubeconfig={kubeconfig}",
-            "wait",
-            "--for=condition=Established",
-            "crd/speculativedeployments.specdeploy.io",
-        ],
-        check=True,
-        capture_output=True,
+    extensions = client.ApiextensionsV1Api()
+    wait(
+        "the CRD to be Established",
+        lambda: any(
+            c.type == "Established" and c.status == "True"
+            for c in extensions.read_custom_resource_definition(f"{api.PLURAL}.{api.GROUP}").status.conditions
+            or []
+        ),
+        60,
     )
     for i in range((count + GPUS_PER_NODE - 1) // GPUS_PER_NODE):
         nodes.add_node(

@@ -86,3 +86,13 @@ class WaitFor:
             proc = self.kubectl.run(*command, timeout=30)
             parts.append(f"$ kubectl {' '.join(command)}\n{proc.stdout}{proc.stderr}")
         return "\n".join(parts)
+
+
+def wait_crd_established(kubectl: Kubectl, name: str, timeout: float = 60.0) -> None:
+    """Poll the CRD's Established condition; `kubectl wait` errors while it has no conditions yet."""
+    status = "jsonpath={.status.conditions[?(@.type=='Established')].status}"
+    WaitFor(kubectl, None)(
+        lambda: kubectl.run("get", "crd", name, "-o", status).stdout == "True",
+        timeout,
+        f"CRD {name} to be Established",
+    )

@@ -23,6 +23,7 @@ HELPER = Path(__file__).with_name("parse_argv.py")
 RESULT_MARKER = "SPECDEPLOY-PARSE-RESULT "
 PARSE_TIMEOUT_S = 600
 
+
 @functools.cache
 def _install(engine: str) -> Path | str:
     """The engine venv's python, or why it cannot be installed; tried once per session."""

@@ -11,20 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from clusterlib import Cluster, Kubectl
+from clusterlib import Cluster, Kubectl, wait_crd_established
 from specdeploy.sandbox.cluster import SandboxError
 from specdeploy.sandbox.operator_process import LocalOperator, start_operator
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_FILE = REPO / "crds" / "specdeploy.io_speculativedeployments.yaml"
+CRD_NAME = "speculativedeployments.specdeploy.io"
 
 
 @pytest.fixture(scope="session")
 def crd(kubectl: Kubectl) -> None:
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
-    kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s", "crd/speculativedeployments.specdeploy.io"
-    )
+    wait_crd_established(kubectl, CRD_NAME)
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from clusterlib import Cluster, Kubectl, WaitFor
+from clusterlib import Cluster, Kubectl, WaitFor, wait_crd_established
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "specdeploy"
@@ -291,7 +291,7 @@ def test_install_yaml_applies_on_a_fresh_sandbox(fresh_cluster: Cluster, kubectl
     kubectl = Kubectl(kubectl_binary, fresh_cluster.kubeconfig)
     docs = _documents(INSTALL_YAML)
     kubectl("apply", "--server-side", "-f", str(INSTALL_YAML), timeout=120)
-    kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{CRD_NAME}")
+    wait_crd_established(kubectl, CRD_NAME)
     # Every object of the file exists (kubectl get fails on the first missing one).
     listed = kubectl("get", "-f", str(INSTALL_YAML), "-o", "name").split()
     assert len(listed) == len(docs)

@@ -31,6 +31,18 @@ def status_condition(kubectl: Kubectl, namespace: str, name: str, type_: str) ->
     return condition(get(kubectl, namespace, "sdep", name), type_)
 
 
+def wait_for_condition(
+    kubectl: Kubectl, wait_for: WaitFor, namespace: str, name: str, type_: str, status: str, timeout: float
+) -> dict[str, Any]:
+    """The condition once it has ``status``; fails with a cluster dump after ``timeout``."""
+
+    def reached() -> dict[str, Any] | None:
+        cond = status_condition(kubectl, namespace, name, type_)
+        return cond if cond and cond["status"] == status else None
+
+    return wait_for(reached, timeout, f"{type_}={status} on {name}")
+
+
 def pods_of(kubectl: Kubectl, namespace: str, name: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = get(kubectl, namespace, "pods", "-l", f"app.kubernetes.io/instance={name}")[
         "items"
@@ -153,15 +165,7 @@ def test_a_pair_that_fails_its_check_never_starts_pods(
         pairing={"metadataConfigMap": "draft-metadata"},
     )
     apply(kubectl, namespace, body)
-    cond = wait_for(
-        lambda: (
-            (c := status_condition(kubectl, namespace, "never", "PairingVerified"))
-            and c["status"] == "False"
-            and c
-        ),
-        30,
-        "PairingVerified=False",
-    )
+    cond = wait_for_condition(kubectl, wait_for, namespace, "never", "PairingVerified", "False", 30)
     assert cond["reason"] == "HiddenSizeMismatch"
     assert kubectl.run("get", "deployment", "never", namespace=namespace).returncode != 0
     assert pods_of(kubectl, namespace, "never") == []
@@ -177,15 +181,7 @@ def test_an_unreachable_hub_is_a_condition_not_a_crash(
         modelAccess={"endpoint": "http://127.0.0.1:9"},
     )
     apply(kubectl, namespace, body)
-    cond = wait_for(
-        lambda: (
-            (c := status_condition(kubectl, namespace, "offline", "PairingVerified"))
-            and c["status"] == "Unknown"
-            and c
-        ),
-        60,
-        "PairingVerified=Unknown",
-    )
+    cond = wait_for_condition(kubectl, wait_for, namespace, "offline", "PairingVerified", "Unknown", 60)
     assert cond["reason"] == "HubUnreachable" and "acme/private" in cond["message"]
     assert operator.process.poll() is None
     assert kubectl.run("get", "deployment", "offline", namespace=namespace).returncode != 0
@@ -222,15 +218,7 @@ def test_no_node_fits_until_a_suitable_node_joins(
     body["metadata"]["name"] = "b200-only"
     body["spec"]["parallelism"] = {"tensor": 1, "gpuProduct": "b200"}
     apply(kubectl, namespace, body)
-    cond = wait_for(
-        lambda: (
-            (c := status_condition(kubectl, namespace, "b200-only", "Schedulable"))
-            and c["status"] == "False"
-            and c
-        ),
-        30,
-        "Schedulable=False",
-    )
+    cond = wait_for_condition(kubectl, wait_for, namespace, "b200-only", "Schedulable", "False", 30)
     assert cond["reason"] == "NoNodeFits"
     assert "B200" in cond["message"]
     assert kubectl.run("get", "deployment", "b200-only", namespace=namespace).returncode != 0

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from clusterlib import Cluster, Kubectl, WaitFor
+from clusterlib import Cluster, Kubectl, WaitFor, wait_crd_established
 
 pytestmark = pytest.mark.cluster
 
@@ -28,24 +28,28 @@ GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSc
 def gpu_deployment(name: str, gpus: int, node_selector: dict[str, str] | None = None) -> str:
     pod_spec: dict[str, Any] = {
         "tolerations": [GPU_TOLERATION],
-        "containers": [{
-            "name": "server",
-            "image": "registry.k8s.io/pause:3.10",
-            "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
-        }],
+        "containers": [
+            {
+                "name": "server",
+                "image": "registry.k8s.io/pause:3.10",
+                "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+            }
+        ],
     }
     if node_selector:
         pod_spec["nodeSelector"] = node_selector
-    return json.dumps({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {"metadata": {"labels": {"app": name}}, "spec": pod_spec},
-        },
-    })
+    return json.dumps(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {"metadata": {"labels": {"app": name}}, "spec": pod_spec},
+            },
+        }
+    )
 
 
 def pods(kubectl: Kubectl, namespace: str, app: str) -> list[dict[str, Any]]:
@@ -64,12 +68,18 @@ def running_and_ready(pod: dict[str, Any]) -> bool:
 def test_gpu_deployment_runs_on_an_h100_node(
     kubectl: Kubectl, namespace: str, wait_for: WaitFor, cluster: Cluster
 ) -> None:
-    kubectl("apply", "-f", "-", input=gpu_deployment(
-        "two-gpus", 2, {"nvidia.com/gpu.product": H100}), namespace=namespace)
+    kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=gpu_deployment("two-gpus", 2, {"nvidia.com/gpu.product": H100}),
+        namespace=namespace,
+    )
 
     [pod] = wait_for(
         lambda: [p for p in pods(kubectl, namespace, "two-gpus") if running_and_ready(p)],
-        timeout=60, describe="the 2-GPU pod to be Running and Ready",
+        timeout=60,
+        describe="the 2-GPU pod to be Running and Ready",
     )
 
     node = json.loads(kubectl("get", "node", pod["spec"]["nodeName"], "-o", "json"))
@@ -85,9 +95,11 @@ def test_oversized_gpu_request_stays_pending(kubectl: Kubectl, namespace: str, w
     kubectl("apply", "-f", "-", input=gpu_deployment("sixteen-gpus", 16), namespace=namespace)
 
     def failed_scheduling() -> list[str]:
-        events = json.loads(kubectl(
-            "get", "events", "--field-selector=reason=FailedScheduling", "-o", "json", namespace=namespace
-        ))["items"]
+        events = json.loads(
+            kubectl(
+                "get", "events", "--field-selector=reason=FailedScheduling", "-o", "json", namespace=namespace
+            )
+        )["items"]
         return [e["message"] for e in events if "Insufficient nvidia.com/gpu" in e["message"]]
 
     messages = wait_for(failed_scheduling, timeout=60, describe="a FailedScheduling event for 16 GPUs")
@@ -103,16 +115,21 @@ def test_deleting_a_deployment_garbage_collects_replicasets_and_pods(
     kubectl("apply", "-f", "-", input=gpu_deployment("collected", 1), namespace=namespace)
     wait_for(
         lambda: [p for p in pods(kubectl, namespace, "collected") if running_and_ready(p)],
-        timeout=60, describe="the pod to be Running",
+        timeout=60,
+        describe="the pod to be Running",
     )
     assert kubectl("get", "replicasets", "-l", "app=collected", "-o", "name", namespace=namespace).strip()
 
     kubectl("delete", "deployment", "collected", "--wait=false", namespace=namespace)
 
     wait_for(
-        lambda: not kubectl("get", "replicasets,pods", "-l", "app=collected", "-o", "name",
-                            namespace=namespace).strip(),
-        timeout=60, describe="the ReplicaSet and Pods to be garbage-collected",
+        lambda: (
+            not kubectl(
+                "get", "replicasets,pods", "-l", "app=collected", "-o", "name", namespace=namespace
+            ).strip()
+        ),
+        timeout=60,
+        describe="the ReplicaSet and Pods to be garbage-collected",
     )
 
 
@@ -145,10 +162,19 @@ def test_rbac_forbids_a_service_account_without_bindings(
 
     # The same token works once RBAC grants it: the 403 above was authorization, not authentication.
     kubectl("create", "role", "pod-reader", "--verb=list", "--resource=pods", namespace=namespace)
-    kubectl("create", "rolebinding", "reader", "--role=pod-reader", f"--serviceaccount={namespace}:reader",
-            namespace=namespace)
-    wait_for(lambda: _api_get(cluster.kubeconfig, pods_path, token) == 200, timeout=30,
-             describe="the RoleBinding to take effect")
+    kubectl(
+        "create",
+        "rolebinding",
+        "reader",
+        "--role=pod-reader",
+        f"--serviceaccount={namespace}:reader",
+        namespace=namespace,
+    )
+    wait_for(
+        lambda: _api_get(cluster.kubeconfig, pods_path, token) == 200,
+        timeout=30,
+        describe="the RoleBinding to take effect",
+    )
 
 
 def test_custom_resource_definition_and_custom_resource(kubectl: Kubectl, namespace: str) -> None:
@@ -161,18 +187,32 @@ def test_custom_resource_definition_and_custom_resource(kubectl: Kubectl, namesp
             "group": group,
             "scope": "Namespaced",
             "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-            "versions": [{
-                "name": "v1", "served": True, "storage": True,
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {
-                    "type": "object", "properties": {"size": {"type": "integer"}}}}}},
-            }],
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {
+                                "spec": {"type": "object", "properties": {"size": {"type": "integer"}}}
+                            },
+                        }
+                    },
+                }
+            ],
         },
     }
     kubectl("apply", "-f", "-", input=json.dumps(crd))
     try:
-        kubectl("wait", "--for=condition=Established", f"crd/widgets.{group}", "--timeout=60s", timeout=70)
-        widget = {"apiVersion": f"{group}/v1", "kind": "Widget", "metadata": {"name": "w1"},
-                  "spec": {"size": 3}}
+        wait_crd_established(kubectl, f"widgets.{group}")
+        widget = {
+            "apiVersion": f"{group}/v1",
+            "kind": "Widget",
+            "metadata": {"name": "w1"},
+            "spec": {"size": 3},
+        }
         kubectl("apply", "-f", "-", input=json.dumps(widget), namespace=namespace)
 
         read = json.loads(kubectl("get", f"widgets.{group}", "w1", "-o", "json", namespace=namespace))
@@ -189,8 +229,13 @@ def test_a_node_added_at_runtime_takes_a_pending_pod(
     from specdeploy.sandbox.nodes import add_node, gpu_node
 
     product = "NVIDIA-H200"
-    kubectl("apply", "-f", "-", input=gpu_deployment("waits", 8, {"nvidia.com/gpu.product": product}),
-            namespace=namespace)
+    kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=gpu_deployment("waits", 8, {"nvidia.com/gpu.product": product}),
+        namespace=namespace,
+    )
     wait_for(lambda: pods(kubectl, namespace, "waits"), timeout=30, describe="the pod to be created")
     assert not any(running_and_ready(p) for p in pods(kubectl, namespace, "waits"))
 
@@ -199,7 +244,8 @@ def test_a_node_added_at_runtime_takes_a_pending_pod(
     try:
         [pod] = wait_for(
             lambda: [p for p in pods(kubectl, namespace, "waits") if running_and_ready(p)],
-            timeout=60, describe="the pod to run on the new node",
+            timeout=60,
+            describe="the pod to run on the new node",
         )
         assert pod["spec"]["nodeName"] == node
     finally:
@@ -220,15 +266,27 @@ def test_down_stops_every_process_and_frees_every_port(tmp_path: Path) -> None:
 
     name = f"pytest-down-{os.getpid()}"
     nodes_file = tmp_path / "nodes.yaml"
-    nodes_file.write_text(yaml.safe_dump({"nodeGroups": [
-        {"name": "h100", "count": 1, "gpu": {"product": H100, "count": 8, "memoryMiB": 81559}},
-    ]}))
+    nodes_file.write_text(
+        yaml.safe_dump(
+            {
+                "nodeGroups": [
+                    {"name": "h100", "count": 1, "gpu": {"product": H100, "count": 8, "memoryMiB": 81559}},
+                ]
+            }
+        )
+    )
     root = tmp_path / "sandboxes"
     env = {**os.environ, "SPECDEPLOY_SANDBOX_ROOT": str(root), "SPECDEPLOY_SANDBOX": name}
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "specdeploy", "sandbox", *args], env=env,
-                              capture_output=True, text=True, timeout=240, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "specdeploy", "sandbox", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
 
     sandbox = Sandbox(name, root)
     try:

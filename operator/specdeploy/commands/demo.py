@@ -12,9 +12,11 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+CRD_NAME = "speculativedeployments.specdeploy.io"
 DEFAULT_EXAMPLE = Path("manifests/examples/qwen3-30b-a3b-instruct-2507-eagle3.yaml")
 READY_TIMEOUT_S = 180.0
 
@@ -25,6 +27,16 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--name", help="sandbox name (default: default, or $SPECDEPLOY_SANDBOX)")
     parser.add_argument("--namespace", default="default", help="namespace for the example")
     parser.set_defaults(func=run)
+
+
+def _poll(predicate: Callable[[], bool], timeout: float) -> bool:
+    """Whether ``predicate`` held within ``timeout`` seconds (checked every second)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(1.0)
+    return False
 
 
 def _say(message: str) -> None:
@@ -63,29 +75,23 @@ def run(args: argparse.Namespace) -> int:
     crd_file = sandbox.dir / "crd.yaml"
     crd_file.write_text(render_yaml())
     k("apply", "--server-side", "--force-conflicts", "-f", str(crd_file))
-    k("wait", "--for=condition=Established", "--timeout=60s", "crd/speculativedeployments.specdeploy.io")
+    established = "jsonpath={.status.conditions[?(@.type=='Established')].status}"
+    if not _poll(lambda: k("get", "crd", CRD_NAME, "-o", established, check=False).strip() == "True", 60):
+        print("error: the CRD did not become Established within 60s", file=sys.stderr)
+        return 1
     pid = operator_process.ensure_running(sandbox)
     _say(f"operator running (pid {pid}); log: {operator_process.log_path(sandbox)}")
     _say(f"applying {args.filename}")
     print(k("apply", "-n", args.namespace, "-f", str(args.filename)), end="")
     name = k("get", "-n", args.namespace, "-f", str(args.filename), "-o", "jsonpath={.metadata.name}").strip()
     _say(f"waiting for {name} to become Ready")
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    ready = ""
-    while time.monotonic() < deadline:
-        ready = k(
-            "get",
-            "-n",
-            args.namespace,
-            "sdep",
-            name,
-            "-o",
-            "jsonpath={.status.conditions[?(@.type=='Ready')].status}",
-            check=False,
-        ).strip()
-        if ready == "True":
-            break
-        time.sleep(1.0)
+    ready_status = "jsonpath={.status.conditions[?(@.type=='Ready')].status}"
+    ready = _poll(
+        lambda: (
+            k("get", "-n", args.namespace, "sdep", name, "-o", ready_status, check=False).strip() == "True"
+        ),
+        READY_TIMEOUT_S,
+    )
     print(k("get", "-n", args.namespace, "sdep", name, "-o", "wide"), end="")
     print(
         k(
@@ -102,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     )
     status = json.loads(k("get", "-n", args.namespace, "sdep", name, "-o", "json")).get("status", {})
     _say(f"engine command: {shlex.join(status.get('command', []))}")
-    if ready != "True":
+    if not ready:
         conditions = k("get", "-n", args.namespace, "sdep", name, "-o", "jsonpath={.status.conditions}")
         print(
             f"error: {name} not Ready within {READY_TIMEOUT_S:.0f}s; conditions: {conditions}",

@@ -27,8 +27,6 @@ NODE_GROUP_LABEL = "sandbox.specdeploy.io/node-group"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 DEFAULT_NODES_FILE = "sandbox-nodes.yaml"
 
-# GPU memory (MiB) that GPU feature discovery reports for common products, so `add-node` only
-# needs the product name.
 class NodeFileError(ValueError):
     """The node description is invalid; the message names the offending entry."""
 
