@@ -85,12 +85,12 @@ def ready_count(custom: client.CustomObjectsApi) -> int:
     return count
 
 
-def wait(what: str, predicate: Any, timeout: float) -> float:
+def wait(what: str, predicate: Any, timeout: float, interval: float = 1.0) -> float:
     started = time.monotonic()
     while time.monotonic() - started < timeout:
         if predicate():
             return time.monotonic() - started
-        time.sleep(1.0)
+        time.sleep(interval)
     raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
@@ -128,7 +128,7 @@ def run(kubeconfig: Path, count: int, workdir: Path, timeout: float) -> dict[str
             custom.create_namespaced_custom_object(api.GROUP, api.VERSION, NAMESPACE, api.PLURAL, resource(i))
         results["create_seconds"] = round(time.monotonic() - started, 1)
         results["all_ready_seconds"] = round(
-            results["create_seconds"] + wait("all Ready", lambda: ready_count(custom) == count, timeout), 1
+            results["create_seconds"] + wait("all Ready", lambda: ready_count(custom) == count, timeout, interval=5.0), 1
         )
         cpu, rss = proc_usage(operator.process.pid)
         sums = metric_sums(operator.metrics_url)

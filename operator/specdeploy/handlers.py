@@ -10,22 +10,24 @@ reconcile reads nothing from the apiserver in the common case.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import kopf
 
 from specdeploy import admission, api, builders, conditions, desired, drift, gpus, kube, metrics
 from specdeploy.metadata import MetadataResolver
 
-log = logging.getLogger("specdeploy")
-
 FIELD_MANAGER = "specdeploy"
 RETRY_MIN_SECONDS = 5.0
 RETRY_MAX_SECONDS = 300.0
+IO_THREADS = 16
+T = TypeVar("T")
 MANAGED = {builders.MANAGED_BY_LABEL: builders.MANAGED_BY}
 
 Key = tuple[str | None, str]
@@ -37,9 +39,19 @@ class _State:
     def __init__(self) -> None:
         self.resolver = MetadataResolver()
         self.locks: dict[Key, asyncio.Lock] = {}
-        self.retries: dict[Key, tuple[asyncio.TimerHandle, float]] = {}
-        self.inventory_signature: object = None
+        self.retries: dict[Key, _Retry] = {}
+        self.queued: set[Key] = set()
+        self.inventory = gpus.Inventory(())
+        self.inventory_signature = ""
         self.read_secrets = False
+        # API calls and hub downloads block; a pool of their own keeps them from queueing
+        # behind (or starving) kopf's and aiohttp's own threads.
+        self.io = concurrent.futures.ThreadPoolExecutor(
+            max_workers=IO_THREADS, thread_name_prefix="specdeploy-io"
+        )
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.io, fn, *args)
 
 
 STATE = _State()
@@ -147,69 +159,113 @@ def _latest(index: kopf.Index[Any, Any], key: Any) -> Any:
 
 
 async def _reconcile(key: Key, indices: dict[str, kopf.Index[Any, Any]], logger: Any) -> None:
+    """Reconcile ``key``; a burst of events collapses into one pass over the latest state."""
+    if key in STATE.queued:
+        return  # a pass is already waiting for the lock and will read the newest objects
+    STATE.queued.add(key)
     lock = STATE.locks.setdefault(key, asyncio.Lock())
     async with lock:
+        STATE.queued.discard(key)
         started = time.monotonic()
         body = _latest(indices["resources"], key)
         if body is None or body["metadata"].get("deletionTimestamp"):
             _forget(key)
             return
-        inventory = gpus.inventory_from_nodes(_nodes(indices))
-        result = await asyncio.to_thread(
-            desired.compute,
-            body,
-            STATE.resolver,
-            inventory,
-            kube.configmap_reader,
-            kube.secret_reader if STATE.read_secrets else None,
-        )
-        deployment = _latest(indices["child_deployments"], key)
-        service = _latest(indices["child_services"], key)
-        if not result.blocked:
-            for manifest, current in ((result.deployment, deployment), (result.service, service)):
-                if manifest is None:
-                    continue
-                want = drift.stamped(manifest)
-                if drift.needs_apply(want, current):
-                    logger.info("applying %s %s/%s", want["kind"], *key)
-                    await asyncio.to_thread(kube.apply, want, FIELD_MANAGER)
-                    metrics.WRITES.labels(want["kind"]).inc()
-        status, transitions = desired.status_for(body, result, deployment)
-        if status is not None:
-            logger.debug("status of %s/%s changes: %s", *key, status)
-            await asyncio.to_thread(kube.patch_status, key, status)
-            metrics.WRITES.labels("status").inc()
-        for t in transitions:
-            healthy = (t.status == "False") if t.type == conditions.DEGRADED else (t.status != "False")
-            kopf.event(
-                body,
-                type="Normal" if healthy else "Warning",
-                reason=t.reason,
-                message=f"{t.type}={t.status}: {t.message}",
-            )
-        if result.retry:
+        try:
+            outcome = await _converge(key, body, indices, logger)
+        except Exception as exc:
+            # The loop's boundary, as in any controller: an API error, a conflict or a bug in one
+            # resource must not stop the others; the resource is retried with backoff instead.
+            logger.error("reconcile of %s/%s failed, will retry: %s", *key, exc)
+            outcome = "error"
+        if outcome in ("error", "retry"):
             _schedule_retry(key, indices, logger)
         else:
             _cancel_retry(key)
-    metrics.RECONCILES.labels("blocked" if result.blocked else "converged").inc()
+    metrics.RECONCILES.labels(outcome).inc()
     metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
 
 
+async def _converge(key: Key, body: Any, indices: dict[str, kopf.Index[Any, Any]], logger: Any) -> str:
+    """One pass: children and status written where they differ. Returns the outcome label.
+
+    ``body`` is the raw object from the index; kopf's event poster reads it like a Body.
+    """
+    if not STATE.inventory_signature:
+        _refresh_inventory(indices)
+    result = await STATE.run(
+        desired.compute,
+        body,
+        STATE.resolver,
+        STATE.inventory,
+        kube.configmap_reader,
+        kube.secret_reader if STATE.read_secrets else None,
+    )
+    deployment = _latest(indices["child_deployments"], key)
+    service = _latest(indices["child_services"], key)
+    if not result.blocked:
+        for manifest, current in ((result.deployment, deployment), (result.service, service)):
+            if manifest is None:
+                continue
+            want = drift.stamped(manifest)
+            if drift.needs_apply(want, current):
+                logger.info("applying %s %s/%s", want["kind"], *key)
+                await STATE.run(kube.apply, want, FIELD_MANAGER)
+                metrics.WRITES.labels(want["kind"]).inc()
+    status, transitions = desired.status_for(body, result, deployment)
+    if status is not None:
+        logger.debug("status of %s/%s changes: %s", *key, status)
+        await STATE.run(kube.patch_status, key, status)
+        metrics.WRITES.labels("status").inc()
+    for t in transitions:
+        healthy = (t.status == "False") if t.type == conditions.DEGRADED else (t.status != "False")
+        kopf.event(
+            body,
+            type="Normal" if healthy else "Warning",
+            reason=t.reason,
+            message=f"{t.type}={t.status}: {t.message}",
+        )
+    if result.retry:
+        return "retry"
+    return "blocked" if result.blocked else "converged"
+
+
+@dataclass
+class _Retry:
+    """One resource's backoff: the delay grows per failed retry, not per failing event."""
+
+    delay: float
+    timer: asyncio.TimerHandle | None = None
+    task: asyncio.Task[None] | None = None
+
+
 def _schedule_retry(key: Key, indices: dict[str, kopf.Index[Any, Any]], logger: Any) -> None:
-    """Bounded exponential backoff for transient failures (unreachable hub): no polling loop."""
-    previous = STATE.retries.get(key)
-    delay = RETRY_MIN_SECONDS if previous is None else min(previous[1] * 2, RETRY_MAX_SECONDS)
-    if previous is not None:
-        previous[0].cancel()
+    """Bounded exponential backoff for failed reconciles (unreachable hub, API errors).
+
+    One timer per resource at most: failures of event-driven passes while a retry is pending
+    leave it as it is, so a burst of events cannot push the delay to its maximum.
+    """
+    retry = STATE.retries.get(key)
+    if retry is None:
+        retry = STATE.retries[key] = _Retry(RETRY_MIN_SECONDS)
+    elif retry.timer is not None:
+        return
+    else:
+        retry.delay = min(retry.delay * 2, RETRY_MAX_SECONDS)
     loop = asyncio.get_running_loop()
-    handle = loop.call_later(delay, lambda: loop.create_task(_reconcile(key, indices, logger)))
-    STATE.retries[key] = (handle, delay)
+    pending = retry
+
+    def fire() -> None:
+        pending.timer = None
+        pending.task = loop.create_task(_reconcile(key, indices, logger))
+
+    pending.timer = loop.call_later(pending.delay, fire)
 
 
 def _cancel_retry(key: Key) -> None:
-    entry = STATE.retries.pop(key, None)
-    if entry is not None:
-        entry[0].cancel()
+    retry = STATE.retries.pop(key, None)
+    if retry is not None and retry.timer is not None:
+        retry.timer.cancel()
 
 
 def _forget(key: Key) -> None:
@@ -245,16 +301,21 @@ async def on_service(namespace: str | None, labels: kopf.Labels, logger: Any, **
         await _reconcile((namespace, owner), _indices(kwargs), logger)
 
 
+def _refresh_inventory(indices: dict[str, kopf.Index[Any, Any]]) -> bool:
+    """Recompute the GPU inventory from the nodes index; True when it changed."""
+    inventory = gpus.inventory_from_nodes(_nodes(indices))
+    signature = desired.inventory_signature(inventory)
+    changed = signature != STATE.inventory_signature
+    STATE.inventory, STATE.inventory_signature = inventory, signature
+    return changed
+
+
 @kopf.on.event("v1", "nodes")
 async def on_node(logger: Any, **kwargs: Any) -> None:
     """A GPU inventory change may let a waiting resource proceed (NoNodeFits)."""
     indices = _indices(kwargs)
-    signature = desired.inventory_signature(gpus.inventory_from_nodes(_nodes(indices)))
-    if signature == STATE.inventory_signature:
-        return
-    first = STATE.inventory_signature is None
-    STATE.inventory_signature = signature
-    if first:
+    first = not STATE.inventory_signature
+    if not _refresh_inventory(indices) or first:
         return
     for key in list(indices["resources"]):
         body = _latest(indices["resources"], key)

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Histogram, start_http_server
 
-RECONCILES = Counter("specdeploy_reconciles_total", "Reconciles run, by outcome.", ["outcome"])
+RECONCILES = Counter(
+    "specdeploy_reconciles_total",
+    "Reconciles run, by outcome: converged, blocked, retry (transient, backing off) or error.",
+    ["outcome"],
+)
 WRITES = Counter("specdeploy_writes_total", "Writes sent to the apiserver, by kind.", ["kind"])
 RECONCILE_SECONDS = Histogram(
     "specdeploy_reconcile_duration_seconds",

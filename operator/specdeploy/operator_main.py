@@ -19,8 +19,10 @@ def main(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     if not args.verbose:
-        # kopf logs every handled event at INFO: thousands of lines a minute on a busy cluster.
+        # kopf logs every handled event, aiohttp every probe and webhook call, at INFO: thousands of
+        # lines a minute on a busy cluster.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+        logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     handlers.STATE.read_secrets = args.read_token_secrets
     if args.metrics_port:
         metrics.serve(args.probe_address, args.metrics_port)

@@ -285,14 +285,12 @@ def _operator_writes(audit_log: Path, namespace: str, since: int) -> list[dict[s
     return writes
 
 
-def _reconciles(operator: LocalOperator) -> float:
+def _reconciles(operator: LocalOperator, outcome: str = "") -> float:
+    """The operator's reconcile counter, for one outcome or all of them."""
     with urllib.request.urlopen(operator.metrics_url, timeout=5) as response:
         text = response.read().decode()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("specdeploy_reconciles_total{")
-    )
+    prefix = f'specdeploy_reconciles_total{{outcome="{outcome}' if outcome else "specdeploy_reconciles_total{"
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
 
 
 def test_unchanged_resource_reconciles_with_zero_writes(
@@ -316,3 +314,24 @@ def test_unchanged_resource_reconciles_with_zero_writes(
     assert writes == [], [(w["verb"], w["objectRef"]) for w in writes]
     # ...and the operator did see those events: it reconciled at least once per event.
     assert _reconciles(operator) - before >= 3
+
+
+def test_a_rejected_write_is_retried_with_backoff(
+    kubectl: Kubectl, namespace: str, wait_for: WaitFor, operator: LocalOperator
+) -> None:
+    """A quota forbids the Service: the reconcile fails, is retried, and converges once lifted."""
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "no-services"},
+        "spec": {"hard": {"services": "0"}},
+    }
+    kubectl("apply", "-f", "-", input=json.dumps(quota), namespace=namespace)
+    errors_before = _reconciles(operator, "error")
+    apply(kubectl, namespace, example())
+    wait_for(lambda: _reconciles(operator, "error") > errors_before, 30, "a failed reconcile")
+    assert kubectl.run("get", "service", "qwen3-30b-a3b-eagle3", namespace=namespace).returncode != 0
+    assert operator.process.poll() is None
+    kubectl("delete", "resourcequota", "no-services", namespace=namespace)
+    wait_for(lambda: ready(kubectl, namespace, "qwen3-30b-a3b-eagle3"), 60, "Ready once the quota is gone")
+    assert kubectl.run("get", "service", "qwen3-30b-a3b-eagle3", namespace=namespace).returncode == 0
