@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
+
+from specdeploy.sandbox.cluster import Sandbox
 
 T = TypeVar("T")
 
@@ -96,3 +101,16 @@ def wait_crd_established(kubectl: Kubectl, name: str, timeout: float = 60.0) -> 
         timeout,
         f"CRD {name} to be Established",
     )
+
+
+@contextmanager
+def sandbox_cluster(root: Path, name: str) -> Iterator[Cluster]:
+    """A sandbox under ``root`` for the block's duration; stopped even when the block fails, and
+    by its watchdog if this process dies."""
+    sandbox = Sandbox(name, root)
+    try:
+        sandbox.up(owner_pid=os.getpid())
+        yield Cluster(sandbox.kubeconfig, sandbox.pod_cidr(), sandbox.audit_log)
+    finally:
+        sandbox.down()
+        shutil.rmtree(root, ignore_errors=True)

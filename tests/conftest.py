@@ -9,13 +9,12 @@ from __future__ import annotations
 import os
 import re
 import secrets
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from clusterlib import Cluster, Kubectl, WaitFor
+from clusterlib import Cluster, Kubectl, WaitFor, sandbox_cluster
 
 TESTS_DIR = Path(__file__).parent
 CLUSTER_SUITES = ("integration", "e2e")
@@ -49,16 +48,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     if external:
         yield Cluster(kubeconfig=Path(external), pod_cidr=None, audit_log=None)
         return
-    from specdeploy.sandbox.cluster import Sandbox
-
-    root = tmp_path_factory.mktemp("sandboxes")
-    sandbox = Sandbox(f"pytest-{os.getpid()}", root)
-    try:
-        sandbox.up(owner_pid=os.getpid())
-        yield Cluster(sandbox.kubeconfig, sandbox.pod_cidr(), sandbox.audit_log)
-    finally:
-        sandbox.down()
-        shutil.rmtree(root, ignore_errors=True)
+    with sandbox_cluster(tmp_path_factory.mktemp("sandboxes"), f"pytest-{os.getpid()}") as running:
+        yield running
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -26,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from clusterlib import Cluster, Kubectl, WaitFor, wait_crd_established
+from clusterlib import Cluster, Kubectl, WaitFor, sandbox_cluster, wait_crd_established
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "specdeploy"
@@ -67,16 +66,9 @@ class Helm:
 @pytest.fixture
 def fresh_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A sandbox of this test's own: nothing installed but the control plane and its nodes."""
-    from specdeploy.sandbox.cluster import Sandbox
-
-    root = tmp_path_factory.mktemp("install-sandbox")
-    sandbox = Sandbox(f"install-{os.getpid()}-{int(time.monotonic() * 1000) % 100000}", root)
-    try:
-        sandbox.up(owner_pid=os.getpid())
-        yield Cluster(sandbox.kubeconfig, sandbox.pod_cidr(), sandbox.audit_log)
-    finally:
-        sandbox.down()
-        shutil.rmtree(root, ignore_errors=True)
+    name = f"install-{os.getpid()}-{int(time.monotonic() * 1000) % 100000}"
+    with sandbox_cluster(tmp_path_factory.mktemp("install-sandbox"), name) as running:
+        yield running
 
 
 def _free_port() -> int:
