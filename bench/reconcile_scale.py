@@ -128,7 +128,9 @@ def run(kubeconfig: Path, count: int, workdir: Path, timeout: float) -> dict[str
             custom.create_namespaced_custom_object(api.GROUP, api.VERSION, NAMESPACE, api.PLURAL, resource(i))
         results["create_seconds"] = round(time.monotonic() - started, 1)
         results["all_ready_seconds"] = round(
-            results["create_seconds"] + wait("all Ready", lambda: ready_count(custom) == count, timeout, interval=5.0), 1
+            results["create_seconds"]
+            + wait("all Ready", lambda: ready_count(custom) == count, timeout, interval=5.0),
+            1,
         )
         cpu, rss = proc_usage(operator.process.pid)
         sums = metric_sums(operator.metrics_url)
