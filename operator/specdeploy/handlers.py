@@ -41,6 +41,7 @@ class _State:
         self.locks: dict[Key, asyncio.Lock] = {}
         self.retries: dict[Key, _Retry] = {}
         self.queued: set[Key] = set()
+        self.node_views: dict[str, dict[str, Any]] = {}
         self.inventory = gpus.Inventory(())
         self.inventory_signature = ""
         self.read_secrets = False
@@ -142,9 +143,25 @@ def child_services(namespace: str | None, name: str, body: kopf.Body, **_: Any) 
     return {(namespace, name): dict(body)}
 
 
+def _node_view(name: str, body: kopf.Body) -> dict[str, Any]:
+    """What the GPU inventory reads of a node, without heartbeat timestamps, so a heartbeat
+    leaves it unchanged: labels, taints, allocatable, condition statuses."""
+    return {
+        "metadata": {"name": name, "labels": dict(body.metadata.labels)},
+        "spec": {k: v for k, v in body.spec.items() if k in ("taints", "unschedulable")},
+        "status": {
+            "allocatable": dict(body.status.get("allocatable") or {}),
+            "conditions": [
+                {"type": c.get("type"), "status": c.get("status")}
+                for c in body.status.get("conditions") or []
+            ],
+        },
+    }
+
+
 @kopf.index("v1", "nodes")
 def gpu_nodes(name: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
-    return {name: {"metadata": dict(body.metadata), "spec": dict(body.spec), "status": dict(body.status)}}
+    return {name: _node_view(name, body)}
 
 
 def _nodes(indices: dict[str, kopf.Index[Any, Any]]) -> list[dict[str, Any]]:
@@ -311,13 +328,23 @@ def _refresh_inventory(indices: dict[str, kopf.Index[Any, Any]]) -> bool:
 
 
 @kopf.on.event("v1", "nodes")
-async def on_node(logger: Any, **kwargs: Any) -> None:
-    """A GPU inventory change may let a waiting resource proceed (NoNodeFits)."""
+async def on_node(event: kopf.RawEvent, name: str, body: kopf.Body, logger: Any, **kwargs: Any) -> None:
+    """A GPU inventory change may let a waiting resource proceed (NoNodeFits).
+
+    Heartbeats change nothing the planner reads and cost one dict comparison.
+    """
+    view = None if event["type"] == "DELETED" else _node_view(name, body)
+    if STATE.node_views.get(name) == view:
+        return
+    if view is None:
+        STATE.node_views.pop(name, None)
+    else:
+        STATE.node_views[name] = view
     indices = _indices(kwargs)
     first = not STATE.inventory_signature
     if not _refresh_inventory(indices) or first:
         return
     for key in list(indices["resources"]):
-        body = _latest(indices["resources"], key)
-        if body is not None and desired.waiting_for_gpus(body):
+        resource = _latest(indices["resources"], key)
+        if resource is not None and desired.waiting_for_gpus(resource):
             await _reconcile(key, indices, logger)
