@@ -207,6 +207,16 @@ def test_rbac_is_exactly_what_the_operator_uses(helm: str) -> None:
             assert not [r for r in doc["rules"] if "secrets" in r["resources"] or "*" in r["verbs"]]
 
 
+def test_reading_token_secrets_is_opt_in(helm: str) -> None:
+    docs = template(helm, "--set", "rbac.readTokenSecrets=true", "--set", "watchNamespaces={a}")
+    (role,) = [d for d in docs if d["kind"] == "Role"]
+    assert _rules(role) == NAMESPACED | {("", "secrets", "get")}
+    operator = find(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert "--read-token-secrets" in operator["args"]
+    default = find(template(helm), "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert "--read-token-secrets" not in default["args"]
+
+
 def test_webhook_configuration(helm: str) -> None:
     docs = template(helm)
     (webhook,) = find(docs, "ValidatingWebhookConfiguration")["webhooks"]

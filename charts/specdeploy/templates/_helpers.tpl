@@ -87,6 +87,12 @@ app.kubernetes.io/part-of: specdeploy
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
+{{- if .Values.rbac.readTokenSecrets }}
+{{- /* Opt-in: the hub token Secret a resource names, for the pairing check's downloads. */}}
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
+{{- end }}
 {{- end }}
 
 {{/* Cluster-scoped reads: GPU inventory from nodes; kopf watches CRDs to notice resource changes. */}}
