@@ -145,10 +145,30 @@ def run(kubeconfig: Path, count: int, workdir: Path, timeout: float) -> dict[str
             2,
         )
 
+        # Ready can precede the last rollout transitions (Progressing=False) under load: wait
+        # until the write counter has been flat for 10 s before measuring the idle window.
+        settle_started = time.monotonic()
+        last = writes(metric_sums(operator.metrics_url))
+        flat_since = time.monotonic()
+        while time.monotonic() - flat_since < 10 and time.monotonic() - settle_started < timeout:
+            time.sleep(1.0)
+            now = writes(metric_sums(operator.metrics_url))
+            if now != last:
+                last, flat_since = now, time.monotonic()
+        results["settle_after_ready_seconds"] = round(time.monotonic() - settle_started - 10, 1)
+        results["writes_per_resource_settled"] = round(last / count, 2)
+        sums = metric_sums(operator.metrics_url)
+        cpu, _ = proc_usage(operator.process.pid)
         time.sleep(30)
         idle_sums = metric_sums(operator.metrics_url)
         cpu_idle, _ = proc_usage(operator.process.pid)
         results["idle_30s_writes"] = writes(idle_sums) - writes(sums)
+        results["reconciles_by_outcome"] = {
+            k.split('"')[1]: v for k, v in idle_sums.items() if k.startswith("specdeploy_reconciles_total{")
+        }
+        results["writes_by_kind"] = {
+            k.split('"')[1]: v for k, v in idle_sums.items() if k.startswith("specdeploy_writes_total{")
+        }
         results["idle_30s_cpu_seconds"] = round(cpu_idle - cpu, 2)
     finally:
         operator.stop()
