@@ -57,3 +57,11 @@ def needs_apply(desired_stamped: dict[str, Any], current: dict[str, Any] | None)
         is_subset(desired_stamped.get("spec", {}), current.get("spec", {}))
         and is_subset(desired_stamped["metadata"].get("labels", {}), current["metadata"].get("labels", {}))
     )
+
+
+def status_fingerprint(status: dict[str, Any]) -> str:
+    """A status patch's identity, ignoring transition times (a re-computed patch gets new ones)."""
+    conds = [
+        {k: v for k, v in c.items() if k != "lastTransitionTime"} for c in status.get("conditions") or []
+    ]
+    return manifest_hash({**status, "conditions": conds})

@@ -42,6 +42,7 @@ class _State:
         self.retries: dict[Key, _Retry] = {}
         self.queued: set[Key] = set()
         self.node_views: dict[str, dict[str, Any]] = {}
+        self.written: dict[tuple[str, Key], tuple[str, str | None]] = {}
         self.inventory = gpus.Inventory(())
         self.inventory_signature = ""
         self.read_secrets = False
@@ -225,15 +226,22 @@ async def _converge(key: Key, body: Any, indices: dict[str, kopf.Index[Any, Any]
             if manifest is None:
                 continue
             want = drift.stamped(manifest)
-            if drift.needs_apply(want, current):
+            written = (want["kind"], key, want["metadata"]["annotations"][drift.HASH_ANNOTATION])
+            if not _already_written(written, current) and drift.needs_apply(want, current):
                 logger.info("applying %s %s/%s", want["kind"], *key)
                 await STATE.run(kube.apply, want, FIELD_MANAGER)
                 metrics.WRITES.labels(want["kind"]).inc()
+                _remember(written, current)
     status, transitions = desired.status_for(body, result, deployment)
     if status is not None:
-        logger.debug("status of %s/%s changes: %s", *key, status)
-        await STATE.run(kube.patch_status, key, status)
-        metrics.WRITES.labels("status").inc()
+        patch = ("status", key, drift.status_fingerprint(status))
+        if _already_written(patch, body):
+            transitions = []
+        else:
+            logger.debug("status of %s/%s changes: %s", *key, status)
+            await STATE.run(kube.patch_status, key, status)
+            metrics.WRITES.labels("status").inc()
+            _remember(patch, body)
     for t in transitions:
         healthy = (t.status == "False") if t.type == conditions.DEGRADED else (t.status != "False")
         kopf.event(
@@ -288,6 +296,8 @@ def _cancel_retry(key: Key) -> None:
 def _forget(key: Key) -> None:
     _cancel_retry(key)
     STATE.locks.pop(key, None)
+    for kind in ("Deployment", "Service", "status"):
+        STATE.written.pop((kind, key), None)
 
 
 def _indices(kwargs: dict[str, Any]) -> dict[str, kopf.Index[Any, Any]]:
@@ -316,6 +326,36 @@ async def on_service(namespace: str | None, labels: kopf.Labels, logger: Any, **
     owner = labels.get(builders.INSTANCE_LABEL)
     if owner:
         await _reconcile((namespace, owner), _indices(kwargs), logger)
+
+
+Written = tuple[str, Key, str]
+
+
+def _already_written(written: Written, cached: dict[str, Any] | None) -> bool:
+    """This exact write was already made on top of the cached version the watch still shows.
+
+    Our own write reaches the index only with its watch event; a reconcile in between (another
+    child's event) would otherwise see the old object and send the same write again.
+    """
+    kind, key, fingerprint = written
+    remembered = STATE.written.get((kind, key))
+    if remembered is None:
+        return False
+    if remembered[1] != _version(cached):
+        # The watch has moved past the version we wrote on: compare with the cluster again
+        # (this is also how a child deleted after our write gets recreated).
+        del STATE.written[(kind, key)]
+        return False
+    return remembered[0] == fingerprint
+
+
+def _remember(written: Written, cached: dict[str, Any] | None) -> None:
+    kind, key, fingerprint = written
+    STATE.written[(kind, key)] = (fingerprint, _version(cached))
+
+
+def _version(cached: dict[str, Any] | None) -> str | None:
+    return None if cached is None else cached["metadata"].get("resourceVersion")
 
 
 def _refresh_inventory(indices: dict[str, kopf.Index[Any, Any]]) -> bool:
