@@ -36,13 +36,14 @@ def _san(host: str) -> x509.GeneralName:
         return x509.DNSName(host)
 
 
-def _certificate(
-    subject: str, issuer: x509.Name, public_key: ec.EllipticCurvePublicKey
+def certificate_builder(
+    subject: x509.Name, issuer: x509.Name, public_key: ec.EllipticCurvePublicKey
 ) -> x509.CertificateBuilder:
+    """A certificate valid from five minutes ago (clock skew) for VALIDITY; shared with the sandbox PKI."""
     now = datetime.datetime.now(datetime.UTC)
     return (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+        .subject_name(subject)
         .issuer_name(issuer)
         .public_key(public_key)
         .serial_number(x509.random_serial_number())
@@ -51,21 +52,25 @@ def _certificate(
     )
 
 
+def _cn(common_name: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
 def serving_certificate(
     directory: Path, hosts: list[str], name: str = "specdeploy-webhook"
 ) -> ServingCertificate:
     """Write ca.crt, tls.crt and tls.key valid for ``hosts`` (IP addresses or DNS names)."""
     directory.mkdir(parents=True, exist_ok=True)
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{name}-ca")])
+    ca_name = _cn(f"{name}-ca")
     ca = (
-        _certificate(f"{name}-ca", ca_name, ca_key.public_key())
+        certificate_builder(ca_name, ca_name, ca_key.public_key())
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .sign(ca_key, hashes.SHA256())
     )
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (
-        _certificate(hosts[0], ca_name, key.public_key())
+        certificate_builder(_cn(hosts[0]), ca_name, key.public_key())
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.SubjectAlternativeName([_san(h) for h in hosts]), critical=False)

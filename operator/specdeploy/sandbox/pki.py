@@ -7,7 +7,6 @@ the admin identity is a client certificate in ``system:masters``, and every othe
 
 from __future__ import annotations
 
-import datetime
 import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,9 +16,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from specdeploy.certs import certificate_builder
+
 ADMIN_USER = "specdeploy-admin"
 ADMIN_GROUP = "system:masters"
-_VALIDITY = datetime.timedelta(days=365)
 # Names the in-cluster `kubernetes` Service answers to, plus loopback where the apiserver listens.
 _APISERVER_DNS = (
     "localhost",
@@ -82,21 +82,6 @@ def _name(common_name: str, organization: str | None = None) -> x509.Name:
     return x509.Name(attributes)
 
 
-def _builder(
-    subject: x509.Name, issuer: x509.Name, public_key: ec.EllipticCurvePublicKey
-) -> x509.CertificateBuilder:
-    now = datetime.datetime.now(datetime.UTC)
-    return (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer)
-        .public_key(public_key)
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + _VALIDITY)
-    )
-
-
 def _leaf(
     ca_key: ec.EllipticCurvePrivateKey,
     ca_name: x509.Name,
@@ -106,13 +91,19 @@ def _leaf(
 ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     key = _ec_key()
     builder = (
-        _builder(subject, ca_name, key.public_key())
+        certificate_builder(subject, ca_name, key.public_key())
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=True,
-                data_encipherment=False, key_agreement=False, key_cert_sign=False,
-                crl_sign=False, encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=True,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
@@ -131,13 +122,19 @@ def generate(directory: Path) -> Pki:
     ca_key = _ec_key()
     ca_name = _name("specdeploy-sandbox-ca")
     ca_cert = (
-        _builder(ca_name, ca_name, ca_key.public_key())
+        certificate_builder(ca_name, ca_name, ca_key.public_key())
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                crl_sign=True, encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
