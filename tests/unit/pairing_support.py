@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specdeploy.metadata import ModelMetadata, metadata_from_config
+from specdeploy.modelinfo import ModelInfo, info_from_config
 
 FIXTURES = Path(__file__).parent / "fixtures" / "pairing"
 
@@ -19,14 +19,14 @@ BROKEN_TEMPLATE = "{% for message in messages %}{{ message['content'] }"
 WORDS = ["<|im_start|>", "<|im_end|>", "user", "assistant", "Explain", "speculative", "decoding", "in", "one"]
 
 
-def fixture(name: str, model_id: str, tokenizer_dir: Path | None = None) -> ModelMetadata:
+def fixture(name: str, model_id: str, tokenizer_dir: Path | None = None) -> ModelInfo:
     """A fixture config as the metadata the resolver would return for ``model_id``."""
-    meta = metadata_from_config(
+    meta = info_from_config(
         model_id, json.loads((FIXTURES / f"{name}.json").read_text()), source="inline"
     )
     if tokenizer_dir is None:
         return meta
-    return ModelMetadata(
+    return ModelInfo(
         model_id=meta.model_id,
         revision=None,
         config=meta.config,

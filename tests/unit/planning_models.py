@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specdeploy.metadata import ModelMetadata
+from specdeploy.modelinfo import ModelInfo
 
 QWEN3_30B_A3B = "Qwen/Qwen3-30B-A3B-Instruct-2507"
 QWEN3_CODER_30B_A3B = "Qwen/Qwen3-Coder-30B-A3B-Instruct"
@@ -37,22 +37,22 @@ def _qwen3_moe(max_pos: int = 262144) -> dict[str, Any]:
     }
 
 
-def qwen3_30b_a3b(weights_bytes: int | None = 61_100_000_000) -> ModelMetadata:
-    return ModelMetadata(QWEN3_30B_A3B, None, _qwen3_moe(), "inline", weights_bytes=weights_bytes)
+def qwen3_30b_a3b(weights_bytes: int | None = 61_100_000_000) -> ModelInfo:
+    return ModelInfo(QWEN3_30B_A3B, None, _qwen3_moe(), "inline", weights_bytes=weights_bytes)
 
 
-def qwen3_30b_a3b_fp8() -> ModelMetadata:
+def qwen3_30b_a3b_fp8() -> ModelInfo:
     config = _qwen3_moe() | {
         "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}
     }
-    return ModelMetadata(QWEN3_30B_A3B + "-FP8", None, config, "inline")
+    return ModelInfo(QWEN3_30B_A3B + "-FP8", None, config, "inline")
 
 
-def qwen3_coder_30b_a3b() -> ModelMetadata:
-    return ModelMetadata(QWEN3_CODER_30B_A3B, None, _qwen3_moe(), "inline", weights_bytes=61_100_000_000)
+def qwen3_coder_30b_a3b() -> ModelInfo:
+    return ModelInfo(QWEN3_CODER_30B_A3B, None, _qwen3_moe(), "inline", weights_bytes=61_100_000_000)
 
 
-def qwen3_32b(weights_bytes: int | None = 65_500_000_000) -> ModelMetadata:
+def qwen3_32b(weights_bytes: int | None = 65_500_000_000) -> ModelInfo:
     config = {
         "architectures": ["Qwen3ForCausalLM"],
         "model_type": "qwen3",
@@ -67,10 +67,10 @@ def qwen3_32b(weights_bytes: int | None = 65_500_000_000) -> ModelMetadata:
         "tie_word_embeddings": False,
         "torch_dtype": "bfloat16",
     }
-    return ModelMetadata(QWEN3_32B, None, config, "inline", weights_bytes=weights_bytes)
+    return ModelInfo(QWEN3_32B, None, config, "inline", weights_bytes=weights_bytes)
 
 
-def llama_33_70b(weights_bytes: int | None = 141_100_000_000) -> ModelMetadata:
+def llama_33_70b(weights_bytes: int | None = 141_100_000_000) -> ModelInfo:
     config = {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
@@ -92,7 +92,7 @@ def llama_33_70b(weights_bytes: int | None = 141_100_000_000) -> ModelMetadata:
         "tie_word_embeddings": False,
         "torch_dtype": "bfloat16",
     }
-    return ModelMetadata(LLAMA_33_70B, None, config, "inline", weights_bytes=weights_bytes)
+    return ModelInfo(LLAMA_33_70B, None, config, "inline", weights_bytes=weights_bytes)
 
 
 def _draft_layer(intermediate: int) -> dict[str, Any]:
@@ -111,7 +111,7 @@ def _draft_layer(intermediate: int) -> dict[str, Any]:
     }
 
 
-def redhat_qwen3_30b_speculator() -> ModelMetadata:
+def redhat_qwen3_30b_speculator() -> ModelInfo:
     """speculators format: the draft layer's config nested in transformer_layer_config."""
     config = {
         "architectures": ["Eagle3Speculator"],
@@ -129,10 +129,10 @@ def redhat_qwen3_30b_speculator() -> ModelMetadata:
         },
         "torch_dtype": "bfloat16",
     }
-    return ModelMetadata(REDHAT_QWEN3_30B_SPECULATOR, None, config, "inline")
+    return ModelInfo(REDHAT_QWEN3_30B_SPECULATOR, None, config, "inline")
 
 
-def sglang_coder_draft() -> ModelMetadata:
+def sglang_coder_draft() -> ModelInfo:
     """SpecForge layout: a one-layer llama config with the EAGLE-3 architecture name."""
     config = _draft_layer(12288) | {"architectures": ["LlamaForCausalLMEagle3"], "draft_vocab_size": 32000}
-    return ModelMetadata(SGLANG_CODER_DRAFT, None, config, "inline")
+    return ModelInfo(SGLANG_CODER_DRAFT, None, config, "inline")

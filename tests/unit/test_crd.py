@@ -8,8 +8,8 @@ from typing import Any
 import yaml
 
 from specdeploy import api
+from specdeploy.api.crd import custom_resource_definition, render_yaml
 from specdeploy.cli import main
-from specdeploy.crd import custom_resource_definition, render_yaml
 
 CHECKED_IN = Path(__file__).resolve().parents[2] / "crds" / "specdeploy.io_speculativedeployments.yaml"
 

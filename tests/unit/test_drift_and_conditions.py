@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from specdeploy import conditions, drift
 from specdeploy.api import Condition
+from specdeploy.controller import conditions, drift
 
 
 def manifest() -> dict[str, Any]:

@@ -6,7 +6,9 @@ from typing import Any
 
 import pytest
 
-from specdeploy import gpus
+from specdeploy import planning
+from specdeploy.planning import gpus
+from specdeploy.sandbox.nodes import default_inventory
 
 
 def node(
@@ -106,7 +108,7 @@ def test_inventory_from_real_looking_nodes() -> None:
         node("unknown-ready", ready="Unknown"),
         node("no-plugin-yet", allocatable="0"),
     ]
-    inventory = gpus.inventory_from_nodes(nodes)
+    inventory = planning.inventory_from_nodes(nodes)
     assert [n.name for n in inventory.nodes] == ["a100-0", "h100-0", "h100-1", "l4-0"]
     by_product = {c.product: c for c in inventory.products()}
     assert by_product["NVIDIA-H100-80GB-HBM3"].nodes == 2
@@ -117,7 +119,7 @@ def test_inventory_from_real_looking_nodes() -> None:
 
 def test_inventory_uses_allocatable_not_label_count() -> None:
     """A GPU the device plugin marks unhealthy leaves allocatable, not the GFD count label."""
-    inventory = gpus.inventory_from_nodes([node("h100-0", allocatable="6")])
+    inventory = planning.inventory_from_nodes([node("h100-0", allocatable="6")])
     assert inventory.nodes[0].gpus == 6
 
 
@@ -126,21 +128,21 @@ def test_node_without_ready_condition_but_not_ready_taint_is_skipped() -> None:
     tainted = node(
         "tainted", ready=None, taints=[{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]
     )
-    assert [n.name for n in gpus.inventory_from_nodes([fresh, tainted]).nodes] == ["fresh"]
+    assert [n.name for n in planning.inventory_from_nodes([fresh, tainted]).nodes] == ["fresh"]
 
 
 def test_unknown_product_without_memory_label_keeps_memory_unknown() -> None:
-    inventory = gpus.inventory_from_nodes([node("x", "Some-New-GPU", "4", None)])
+    inventory = planning.inventory_from_nodes([node("x", "Some-New-GPU", "4", None)])
     assert inventory.nodes[0].memory_mib is None
 
 
 def test_inventory_is_order_independent() -> None:
     nodes = [node("b"), node("a", "NVIDIA-L4", "4", "23034")]
-    assert gpus.inventory_from_nodes(nodes) == gpus.inventory_from_nodes(reversed(nodes))
+    assert planning.inventory_from_nodes(nodes) == planning.inventory_from_nodes(reversed(nodes))
 
 
 def test_default_inventory_is_the_sandbox_cluster() -> None:
-    summary = {(c.product, c.nodes, c.max_gpus_per_node) for c in gpus.default_inventory().products()}
+    summary = {(c.product, c.nodes, c.max_gpus_per_node) for c in default_inventory().products()}
     assert summary == {
         ("NVIDIA-H100-80GB-HBM3", 2, 8),
         ("NVIDIA-A100-SXM4-40GB", 1, 8),
@@ -149,7 +151,7 @@ def test_default_inventory_is_the_sandbox_cluster() -> None:
 
 
 def test_parse_gpus_flag() -> None:
-    inventory = gpus.parse_gpus_flag("h100-80gb:8, l4:4x2,NVIDIA-A100-SXM4-40GB:2")
+    inventory = planning.parse_gpus_flag("h100-80gb:8, l4:4x2,NVIDIA-A100-SXM4-40GB:2")
     assert [(n.name, n.product, n.gpus) for n in inventory.nodes] == [
         ("h100-80gb-0", "NVIDIA-H100-80GB-HBM3", 8),
         ("l4-0", "NVIDIA-L4", 4),
@@ -170,5 +172,5 @@ def test_parse_gpus_flag() -> None:
     ],
 )
 def test_parse_gpus_flag_rejects_bad_input(text: str, fragment: str) -> None:
-    with pytest.raises(gpus.GpuInventoryError, match=fragment):
-        gpus.parse_gpus_flag(text)
+    with pytest.raises(planning.GpuInventoryError, match=fragment):
+        planning.parse_gpus_flag(text)

@@ -17,9 +17,10 @@ from planning_models import (
     sglang_coder_draft,
 )
 
-from specdeploy import api, gpus, planning
-from specdeploy.metadata import ModelMetadata
+from specdeploy import api, planning
+from specdeploy.modelinfo import ModelInfo
 from specdeploy.planning import Reason
+from specdeploy.sandbox.nodes import default_inventory
 
 GIB = 1 << 30
 
@@ -30,11 +31,11 @@ def spec(model: str = QWEN3_30B_A3B, **fields: Any) -> api.SpeculativeDeployment
 
 def run(
     the_spec: api.SpeculativeDeploymentSpec,
-    verifier: ModelMetadata,
-    speculator: ModelMetadata | None = None,
+    verifier: ModelInfo,
+    speculator: ModelInfo | None = None,
     inventory: str | None = None,
 ) -> planning.PlanOutcome:
-    cluster = gpus.parse_gpus_flag(inventory) if inventory else gpus.default_inventory()
+    cluster = planning.parse_gpus_flag(inventory) if inventory else default_inventory()
     return planning.plan(the_spec, verifier, speculator, cluster)
 
 
@@ -182,7 +183,7 @@ def test_explicit_tp_is_never_overridden() -> None:
 
 def test_kv_head_rule() -> None:
     config = dict(qwen3_32b().config, num_attention_heads=48, num_key_value_heads=6)
-    odd = ModelMetadata("org/odd-kv", None, config, "inline", weights_bytes=10 * GIB)
+    odd = ModelInfo("org/odd-kv", None, config, "inline", weights_bytes=10 * GIB)
     shape = planning.model_shape(config)
     assert planning.tensor_parallel_violations(shape, 2) == []
     assert "does not divide the 6 KV heads" in planning.tensor_parallel_violations(shape, 4)[0]
@@ -206,7 +207,7 @@ def test_fp8_block_moe_rule() -> None:
 
 def test_no_size_works_lists_each() -> None:
     config = dict(qwen3_30b_a3b_fp8().config, moe_intermediate_size=96)
-    outcome = run(spec("org/odd-moe"), ModelMetadata("org/odd-moe", None, config, "inline"))
+    outcome = run(spec("org/odd-moe"), ModelInfo("org/odd-moe", None, config, "inline"))
     assert outcome.reason is Reason.INVALID_TENSOR_PARALLEL_SIZE
     assert outcome.message.startswith(
         "no tensor-parallel size in 1, 2, 4, 8 works: 1: moe_intermediate_size 96"
@@ -304,14 +305,14 @@ def test_unknown_product() -> None:
 
 
 def test_product_with_unknown_memory_is_rejected_with_reason() -> None:
-    mystery = gpus.Inventory((gpus.GpuNode("n", "Mystery-GPU", 8, None),))
+    mystery = planning.Inventory((planning.inventory.GpuNode("n", "Mystery-GPU", 8, None),))
     outcome = planning.plan(spec(), qwen3_30b_a3b(), None, mystery)
     assert outcome.reason is Reason.NO_NODE_FITS
     assert "GPU memory unknown" in outcome.alternatives[0].reason
 
 
 def test_empty_inventory() -> None:
-    outcome = planning.plan(spec(), qwen3_30b_a3b(), None, gpus.Inventory())
+    outcome = planning.plan(spec(), qwen3_30b_a3b(), None, planning.Inventory())
     assert outcome.reason is Reason.NO_NODE_FITS
     assert outcome.message.endswith("no schedulable node has allocatable nvidia.com/gpu")
 
@@ -323,7 +324,7 @@ def test_max_model_len_default_is_capped_and_reported() -> None:
     assert planned(run(spec(), qwen3_30b_a3b())).max_model_len == planning.DEFAULT_MAX_MODEL_LEN
     short = dict(qwen3_32b().config, max_position_embeddings=4096)
     assert (
-        planned(run(spec(QWEN3_32B), ModelMetadata(QWEN3_32B, None, short, "inline"))).max_model_len == 4096
+        planned(run(spec(QWEN3_32B), ModelInfo(QWEN3_32B, None, short, "inline"))).max_model_len == 4096
     )
 
 
@@ -345,7 +346,7 @@ def test_yarn_rope_scaling_extends_the_limit() -> None:
 
 def test_incomplete_config() -> None:
     config = {k: v for k, v in qwen3_32b().config.items() if k != "num_attention_heads"}
-    outcome = run(spec(QWEN3_32B), ModelMetadata(QWEN3_32B, None, config, "inline"))
+    outcome = run(spec(QWEN3_32B), ModelInfo(QWEN3_32B, None, config, "inline"))
     assert outcome.reason is Reason.INCOMPLETE_MODEL_CONFIG
     assert "num_attention_heads" in outcome.message
 
@@ -373,10 +374,10 @@ def test_plan_serialises_like_status_plan() -> None:
 
 def test_placement() -> None:
     plan = planned(run(spec(), qwen3_30b_a3b(), redhat_qwen3_30b_speculator(), "a100-40gb:8"))
-    assert planning.placement(plan) == {
-        "gpus": 2,
-        "matchExpressions": [
-            {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-A100-SXM4-40GB"]}
-        ],
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-    }
+    assert planning.placement(plan) == planning.Placement(
+        gpus=2,
+        node_requirements=(
+            {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-A100-SXM4-40GB"]},
+        ),
+        tolerations=({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},),
+    )

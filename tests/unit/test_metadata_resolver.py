@@ -1,4 +1,4 @@
-"""MetadataResolver: local directories, catalog, inline configs, caching, and the real
+"""ModelResolver: local directories, catalog, inline configs, caching, and the real
 huggingface_hub download path against a loopback server speaking the Hub's file protocol."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import ClassVar
 import pytest
 from pairing_support import write_tokenizer
 
-from specdeploy.metadata import MetadataResolver, MetadataUnavailable, RetryPolicy, metadata_from_config
+from specdeploy.modelinfo import ModelResolver, ModelUnavailable, RetryPolicy, info_from_config
 from specdeploy.pairing import check_pair
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -121,7 +121,7 @@ def hub(tmp_path: Path) -> Iterator[str]:
 
 
 def test_hub_download_path_resolves_config_weights_and_tokenizer(hub: str, tmp_path: Path) -> None:
-    resolver = MetadataResolver(cache_dir=tmp_path / "hf-cache", retry=FAST)
+    resolver = ModelResolver(cache_dir=tmp_path / "hf-cache", retry=FAST)
     verifier = resolver.resolve("hub-org/tiny-verifier", endpoint=hub, want_tokenizer=True)
     assert verifier.source == "hub"
     assert verifier.config["hidden_size"] == 64
@@ -155,8 +155,8 @@ def test_hub_download_path_resolves_config_weights_and_tokenizer(hub: str, tmp_p
 def test_hub_errors_map_to_stable_reasons(
     hub: str, tmp_path: Path, model: str, revision: str | None, reason: str
 ) -> None:
-    resolver = MetadataResolver(cache_dir=tmp_path / "hf-cache", retry=FAST)
-    with pytest.raises(MetadataUnavailable) as caught:
+    resolver = ModelResolver(cache_dir=tmp_path / "hf-cache", retry=FAST)
+    with pytest.raises(ModelUnavailable) as caught:
         resolver.resolve(model, revision, endpoint=hub)
     assert caught.value.reason == reason
     assert model in caught.value.message
@@ -164,25 +164,25 @@ def test_hub_errors_map_to_stable_reasons(
 
 def test_not_found_is_cached_briefly(hub: str, tmp_path: Path) -> None:
     now = [0.0]
-    resolver = MetadataResolver(cache_dir=tmp_path / "c", retry=FAST, negative_ttl=30, clock=lambda: now[0])
+    resolver = ModelResolver(cache_dir=tmp_path / "c", retry=FAST, negative_ttl=30, clock=lambda: now[0])
     for _ in range(2):
-        with pytest.raises(MetadataUnavailable):
+        with pytest.raises(ModelUnavailable):
             resolver.resolve("hub-org/missing", endpoint=hub)
     assert len(HubHandler.requests) == 1
     now[0] = 31.0
-    with pytest.raises(MetadataUnavailable):
+    with pytest.raises(ModelUnavailable):
         resolver.resolve("hub-org/missing", endpoint=hub)
     assert len(HubHandler.requests) == 2
 
 
 def test_offline_uses_the_local_hub_cache(hub: str, tmp_path: Path) -> None:
     cache = tmp_path / "hf-cache"
-    MetadataResolver(cache_dir=cache, retry=FAST).resolve("hub-org/tiny-verifier", endpoint=hub)
+    ModelResolver(cache_dir=cache, retry=FAST).resolve("hub-org/tiny-verifier", endpoint=hub)
     seen = len(HubHandler.requests)
-    offline = MetadataResolver(cache_dir=cache, retry=FAST)
+    offline = ModelResolver(cache_dir=cache, retry=FAST)
     assert offline.resolve("hub-org/tiny-verifier", endpoint=hub, offline=True).config["vocab_size"] == 10
     assert len(HubHandler.requests) == seen
-    with pytest.raises(MetadataUnavailable) as caught:
+    with pytest.raises(ModelUnavailable) as caught:
         offline.resolve("hub-org/tiny-speculator.eagle3", endpoint=hub, offline=True)
     assert caught.value.reason == "HubUnreachable"
 
@@ -196,9 +196,9 @@ def _closed_port() -> int:
 
 def test_unreachable_hub_is_reported_after_bounded_retries(tmp_path: Path) -> None:
     sleeps: list[float] = []
-    resolver = MetadataResolver(cache_dir=tmp_path / "c", retry=FAST, sleep=sleeps.append)
+    resolver = ModelResolver(cache_dir=tmp_path / "c", retry=FAST, sleep=sleeps.append)
     started = time.monotonic()
-    with pytest.raises(MetadataUnavailable) as caught:
+    with pytest.raises(ModelUnavailable) as caught:
         resolver.resolve("hub-org/tiny-verifier", endpoint=f"http://127.0.0.1:{_closed_port()}")
     assert caught.value.reason == "HubUnreachable"
     assert "hub-org/tiny-verifier" in caught.value.message and "3 attempts" in caught.value.message
@@ -207,7 +207,7 @@ def test_unreachable_hub_is_reported_after_bounded_retries(tmp_path: Path) -> No
 
 
 def test_unreachable_hub_falls_back_to_the_catalog_for_a_pinned_revision(tmp_path: Path) -> None:
-    resolver = MetadataResolver(cache_dir=tmp_path / "c", retry=FAST)
+    resolver = ModelResolver(cache_dir=tmp_path / "c", retry=FAST)
     found = resolver.resolve("Qwen/Qwen3-8B", "v1", endpoint=f"http://127.0.0.1:{_closed_port()}")
     assert found.source == "catalog" and "Hub unreachable" in found.extra["note"]
 
@@ -219,7 +219,7 @@ def test_default_retry_policy_stays_bounded() -> None:
 
 
 def test_catalog_answers_without_network_and_is_cached() -> None:
-    resolver = MetadataResolver()
+    resolver = ModelResolver()
     first = resolver.resolve("qwen/qwen3-30b-a3b-instruct-2507")
     assert first.source == "catalog" and first.weights_bytes == 61_100_000_000
     assert first.model_id == "Qwen/Qwen3-30B-A3B-Instruct-2507"
@@ -229,7 +229,7 @@ def test_catalog_answers_without_network_and_is_cached() -> None:
 
 
 def test_cache_is_bounded() -> None:
-    resolver = MetadataResolver(max_entries=2)
+    resolver = ModelResolver(max_entries=2)
     for model in ("Qwen/Qwen3-8B", "Qwen/Qwen3-32B", "meta-llama/Llama-3.1-8B-Instruct"):
         resolver.resolve(model)
     assert len(resolver._cache) == 2
@@ -241,17 +241,17 @@ def test_local_directory(tmp_path: Path) -> None:
     (model / "config.json").write_text(json.dumps(VERIFIER_CONFIG))
     (model / "model-00001-of-00002.safetensors").write_bytes(b"\0" * 100)
     (model / "model-00002-of-00002.safetensors").write_bytes(b"\0" * 50)
-    found = MetadataResolver().resolve(str(model))
+    found = ModelResolver().resolve(str(model))
     assert (found.source, found.weights_bytes, found.tokenizer_dir) == ("local", 150, model)
-    with pytest.raises(MetadataUnavailable) as caught:
-        MetadataResolver().resolve(str(tmp_path / "nowhere"))
+    with pytest.raises(ModelUnavailable) as caught:
+        ModelResolver().resolve(str(tmp_path / "nowhere"))
     assert caught.value.reason == "ModelNotFound"
 
 
 def test_inline_config() -> None:
-    meta = metadata_from_config("org/model", json.dumps(VERIFIER_CONFIG))
+    meta = info_from_config("org/model", json.dumps(VERIFIER_CONFIG))
     assert (meta.source, meta.config["hidden_size"]) == ("configmap", 64)
     for bad in ("{", "[1]", "{}"):
-        with pytest.raises(MetadataUnavailable) as caught:
-            metadata_from_config("org/model", bad)
+        with pytest.raises(ModelUnavailable) as caught:
+            info_from_config("org/model", bad)
         assert caught.value.reason == "InvalidConfig" and "org/model" in caught.value.message

@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 from pairing_support import BROKEN_TEMPLATE, PLAIN_TEMPLATE, fixture, write_tokenizer
 
-from specdeploy import catalog
-from specdeploy.metadata import MetadataResolver
+from specdeploy.modelinfo import ModelResolver, catalog
 from specdeploy.pairing import check_pair
 
 QWEN3_30B = "Qwen/Qwen3-30B-A3B-Instruct-2507"
@@ -59,7 +58,7 @@ def test_seed_003_sglang_pair_passes_from_fixtures() -> None:
     ],
 )
 def test_catalog_pairs_pass(verifier: str, speculator: str, engine: str) -> None:
-    resolver = MetadataResolver()
+    resolver = ModelResolver()
     report = check_pair(resolver.resolve(verifier), resolver.resolve(speculator), engine=engine)
     assert report.verified == "True", report.message
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from specdeploy import api, catalog
-from specdeploy.metadata import MetadataResolver, MetadataUnavailable
+from specdeploy import api
+from specdeploy.modelinfo import ModelResolver, ModelUnavailable, catalog
 from specdeploy.pairing import PairingError, effective_spec, resolve_pair
 
 RH_30B = "RedHatAI/Qwen3-30B-A3B-Instruct-2507-speculator.eagle3"
@@ -22,7 +22,7 @@ def spec(**fields: object) -> api.SpeculativeDeploymentSpec:
 
 def test_speculator_only_fills_the_declared_verifier() -> None:
     s = spec(speculator={"model": RH_30B})
-    resolved = resolve_pair(s, MetadataResolver())
+    resolved = resolve_pair(s, ModelResolver())
     assert resolved.verifier_id == "Qwen/Qwen3-30B-A3B-Instruct-2507"
     assert resolved.verifier_from == "speculator" and "declared by speculator" in resolved.notes[0]
     effective = effective_spec(s, resolved)
@@ -33,7 +33,7 @@ def test_speculator_only_fills_the_declared_verifier() -> None:
 
 def test_speculator_only_original_format_uses_the_catalog() -> None:
     resolved = resolve_pair(
-        spec(speculator={"model": SGL_CODER}, engine={"name": "sglang"}), MetadataResolver()
+        spec(speculator={"model": SGL_CODER}, engine={"name": "sglang"}), ModelResolver()
     )
     assert (resolved.verifier_id, resolved.verifier_from) == ("Qwen/Qwen3-Coder-30B-A3B-Instruct", "catalog")
 
@@ -41,13 +41,13 @@ def test_speculator_only_original_format_uses_the_catalog() -> None:
 def test_speculator_only_unknown_original_draft_needs_a_verifier() -> None:
     overrides = {"speculator": {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 4096}}
     with pytest.raises(PairingError) as caught:
-        resolve_pair(spec(speculator={"model": "someone/draft"}), MetadataResolver(), overrides=overrides)
+        resolve_pair(spec(speculator={"model": "someone/draft"}), ModelResolver(), overrides=overrides)
     assert caught.value.reason == "VerifierNotDeclared"
 
 
 def test_verifier_only_uses_the_catalog_recommendation() -> None:
     s = spec(verifier={"model": "Qwen/Qwen3-Coder-30B-A3B-Instruct"}, engine={"name": "sglang"})
-    resolved = resolve_pair(s, MetadataResolver())
+    resolved = resolve_pair(s, ModelResolver())
     assert (resolved.speculator_id, resolved.speculator_from) == (SGL_CODER, "catalog")
     effective = effective_spec(s, resolved)
     assert effective.engine.sglang == api.SglangOptions(num_steps=5, eagle_topk=8, num_draft_tokens=64)
@@ -60,14 +60,14 @@ def test_user_sglang_settings_are_kept() -> None:
         speculator={"model": SGL_CODER},
         engine={"name": "sglang", "sglang": {"numSteps": 3, "eagleTopk": 1, "numDraftTokens": 4}},
     )
-    effective = effective_spec(s, resolve_pair(s, MetadataResolver()))
+    effective = effective_spec(s, resolve_pair(s, ModelResolver()))
     assert effective.engine.sglang == api.SglangOptions(num_steps=3, eagle_topk=1, num_draft_tokens=4)
 
 
 def test_verifier_only_without_a_known_speculator() -> None:
     s = spec(verifier={"model": "Qwen/Qwen3-Coder-30B-A3B-Instruct"})  # vllm: no recommendation
     with pytest.raises(PairingError) as caught:
-        resolve_pair(s, MetadataResolver())
+        resolve_pair(s, ModelResolver())
     assert caught.value.reason == "NoKnownSpeculator"
     assert "Qwen/Qwen3-Coder-30B-A3B-Instruct" in caught.value.message and "vllm" in caught.value.message
 
@@ -75,18 +75,18 @@ def test_verifier_only_without_a_known_speculator() -> None:
 def test_explicit_settings_win_and_unknown_drafts_default_to_3() -> None:
     s = spec(verifier={"model": "Qwen/Qwen3-8B"}, speculator={"model": "x/draft", "numSpeculativeTokens": 5})
     overrides = {"speculator": {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 4096}}
-    resolved = resolve_pair(s, MetadataResolver(), overrides=overrides)
+    resolved = resolve_pair(s, ModelResolver(), overrides=overrides)
     assert resolved.speculator.source == "configmap"
     assert effective_spec(s, resolved).speculator.num_speculative_tokens == 5  # type: ignore[union-attr]
     plain = spec(verifier={"model": "Qwen/Qwen3-8B"}, speculator={"model": "x/draft"})
-    resolved = resolve_pair(plain, MetadataResolver(), overrides=overrides)
+    resolved = resolve_pair(plain, ModelResolver(), overrides=overrides)
     assert effective_spec(plain, resolved).speculator.num_speculative_tokens == 3  # type: ignore[union-attr]
 
 
 def test_bad_override_is_invalid_config() -> None:
     s = spec(verifier={"model": "Qwen/Qwen3-8B"}, speculator={"model": "x/draft"})
-    with pytest.raises(MetadataUnavailable) as caught:
-        resolve_pair(s, MetadataResolver(), overrides={"speculator": {"hidden_size": 1}})
+    with pytest.raises(ModelUnavailable) as caught:
+        resolve_pair(s, ModelResolver(), overrides={"speculator": {"hidden_size": 1}})
     assert caught.value.reason == "InvalidConfig"
 
 
@@ -108,9 +108,9 @@ def test_catalog_lookups() -> None:
         "meta-llama/Llama-3.3-70B-Instruct",
         "RedHatAI/Qwen3-8B-speculator.eagle3",
     ):
-        meta = catalog.model_metadata(model)
+        meta = catalog.model_info(model)
         assert meta is not None and meta.extra["provenance"]
-    assert catalog.model_metadata("nobody/model") is None
+    assert catalog.model_info("nobody/model") is None
 
 
 @pytest.fixture
@@ -150,13 +150,13 @@ def test_offline_resolution_never_touches_the_network() -> None:
     s = spec(
         verifier={"model": "Qwen/Qwen3-8B"}, speculator={"model": "RedHatAI/Qwen3-32B-speculator.eagle3"}
     )
-    resolved = resolve_pair(s, MetadataResolver(), offline=True)
+    resolved = resolve_pair(s, ModelResolver(), offline=True)
     assert resolved.verifier.source == resolved.speculator.source == "catalog"
     unknown = spec(verifier={"model": "Qwen/Qwen3-8B"}, speculator={"model": "hub-org/not-in-catalog"})
-    with pytest.raises(MetadataUnavailable):
-        resolve_pair(unknown, MetadataResolver(), offline=True)
+    with pytest.raises(ModelUnavailable):
+        resolve_pair(unknown, ModelResolver(), offline=True)
     pinned = spec(verifier={"model": "Qwen/Qwen3-8B", "revision": "v2"}, speculator={"model": "x/d"})
-    with pytest.raises(MetadataUnavailable):
+    with pytest.raises(ModelUnavailable):
         resolve_pair(
-            pinned, MetadataResolver(), offline=True, overrides={"speculator": {"model_type": "llama"}}
+            pinned, ModelResolver(), offline=True, overrides={"speculator": {"model_type": "llama"}}
         )

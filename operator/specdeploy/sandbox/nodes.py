@@ -15,12 +15,17 @@ from typing import Any
 
 import yaml
 
-from specdeploy.gpus import lookup_gpu
+from specdeploy.api import GPU_RESOURCE
+from specdeploy.planning import Inventory, inventory_from_nodes
+from specdeploy.planning.gpus import (
+    COUNT_LABEL,
+    GPU_TAINT,
+    MEMORY_LABEL,
+    PRESENT_LABEL,
+    PRODUCT_LABEL,
+    lookup_gpu,
+)
 
-GPU_RESOURCE = "nvidia.com/gpu"
-GPU_TAINT_KEY = "nvidia.com/gpu"
-GPU_TAINT_VALUE = "present"
-GPU_TAINT_EFFECT = "NoSchedule"
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_ANNOTATION_VALUE = "fake"
 NODE_GROUP_LABEL = "sandbox.specdeploy.io/node-group"
@@ -160,14 +165,14 @@ def node_manifest(spec: NodeSpec) -> dict[str, Any]:
     taints: list[dict[str, str]] = []
     if spec.gpu is not None:
         labels |= {
-            "nvidia.com/gpu.present": "true",
-            "nvidia.com/gpu.product": spec.gpu.product,
-            "nvidia.com/gpu.memory": str(spec.gpu.memory_mib),
-            "nvidia.com/gpu.count": str(spec.gpu.count),
+            PRESENT_LABEL: "true",
+            PRODUCT_LABEL: spec.gpu.product,
+            MEMORY_LABEL: str(spec.gpu.memory_mib),
+            COUNT_LABEL: str(spec.gpu.count),
         }
         resources_[GPU_RESOURCE] = str(spec.gpu.count)
         if spec.taint:
-            taints.append({"key": GPU_TAINT_KEY, "value": GPU_TAINT_VALUE, "effect": GPU_TAINT_EFFECT})
+            taints.append(dict(GPU_TAINT))
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -179,6 +184,14 @@ def node_manifest(spec: NodeSpec) -> dict[str, Any]:
         "spec": {"taints": taints},
         "status": {"capacity": dict(resources_), "allocatable": dict(resources_)},
     }
+
+
+def default_inventory() -> Inventory:
+    """The GPUs of the default sandbox cluster (2 x 8 H100 80GB, 1 x 8 A100 40GB, 2 x 4 L4).
+
+    What ``specdeploy plan`` and ``render`` plan against without ``--gpus``, so offline planning
+    and the sandbox agree."""
+    return inventory_from_nodes(node_manifest(spec) for spec in load_node_specs())
 
 
 def core_v1_for(kubeconfig: Path) -> Any:
@@ -228,7 +241,7 @@ def node_rows(core_v1: Any) -> list[tuple[str, str, str, str]]:
         rows.append(
             (
                 node.metadata.name,
-                labels.get("nvidia.com/gpu.product", "-"),
+                labels.get(PRODUCT_LABEL, "-"),
                 (node.status.allocatable or {}).get(GPU_RESOURCE, "0"),
                 "Ready" if node_is_ready(node) else "NotReady",
             )

@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from specdeploy.certs import certificate_builder
+from specdeploy.controller.certs import certificate_builder
 
 ADMIN_USER = "specdeploy-admin"
 ADMIN_GROUP = "system:masters"

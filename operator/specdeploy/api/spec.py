@@ -1,0 +1,399 @@
+"""The SpeculativeDeployment v1alpha1 spec: the single source of truth for the CRD schema.
+
+Every field's description, default and validation lives here; ``api.crd`` turns these models
+into the OpenAPI schema the apiserver enforces, and the operator parses each object into them
+once, so nothing downstream handles raw spec dicts.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field, ValidationError
+
+from specdeploy.api.base import GPU_RESOURCE, ApiModel, EngineName, cel
+
+
+class Verifier(ApiModel):
+    """The large target model whose output distribution is served unchanged."""
+
+    model: str = Field(
+        min_length=1,
+        max_length=256,
+        description="Hugging Face model id (org/name) of the verifier, e.g. Qwen/Qwen3-8B.",
+    )
+    revision: str | None = Field(
+        default=None, max_length=128, description="Branch, tag or commit of the verifier. Default: main."
+    )
+
+
+class Speculator(ApiModel):
+    """The small EAGLE-3 draft model trained for the verifier."""
+
+    model: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        description=(
+            "Hugging Face model id of the draft. When omitted, the catalog's recommended "
+            "speculator for the verifier and engine is used and shown in status."
+        ),
+    )
+    revision: str | None = Field(
+        default=None, max_length=128, description="Branch, tag or commit of the draft."
+    )
+    method: Literal["eagle3"] = Field(
+        default="eagle3", description="Speculative decoding method. Only EAGLE-3 drafts are supported."
+    )
+    num_speculative_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=16,
+        description=(
+            "Tokens the draft proposes per step (vLLM num_speculative_tokens, SGLang "
+            "--speculative-num-steps). Default: the catalog's published value for the "
+            "speculator, else 3."
+        ),
+    )
+    draft_tensor_parallel_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=16,
+        description="Tensor-parallel size of the draft. vLLM accepts 1 or the verifier's size.",
+    )
+
+
+class EnvVar(ApiModel):
+    """A plain environment variable for the engine container (secrets go through modelAccess)."""
+
+    name: str = Field(
+        min_length=1, max_length=256, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$", description="Variable name."
+    )
+    value: str = Field(default="", max_length=4096, description="Variable value.")
+
+
+class VllmOptions(ApiModel):
+    """Settings that only vLLM understands."""
+
+    enable_expert_parallel: bool | None = Field(
+        default=None, description="Pass --enable-expert-parallel (MoE verifiers)."
+    )
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] | None = Field(
+        default=None, description="KV cache data type (--kv-cache-dtype)."
+    )
+
+
+class SglangOptions(ApiModel):
+    """Settings that only SGLang understands. Steps come from speculator.numSpeculativeTokens."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "!has(self.eagleTopk) || self.eagleTopk != 1 || !has(self.numDraftTokens) "
+                    "|| !has(self.numSteps) || self.numDraftTokens == self.numSteps + 1",
+                    "with eagleTopk 1, numDraftTokens must equal numSteps + 1",
+                    ".numDraftTokens",
+                ),
+                cel(
+                    "has(self.eagleTopk) == has(self.numDraftTokens)",
+                    "eagleTopk and numDraftTokens are set together (or both left to the engine)",
+                    ".eagleTopk",
+                ),
+            ]
+        }
+    )
+
+    num_steps: int | None = Field(
+        default=None,
+        ge=1,
+        le=16,
+        description="--speculative-num-steps; overrides speculator.numSpeculativeTokens.",
+    )
+    eagle_topk: int | None = Field(default=None, ge=1, le=64, description="--speculative-eagle-topk.")
+    num_draft_tokens: int | None = Field(
+        default=None, ge=1, le=1024, description="--speculative-num-draft-tokens."
+    )
+    mem_fraction_static: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description=(
+            "--mem-fraction-static. Default: derived from gpuMemoryUtilization, lowered to leave "
+            "room for the draft model."
+        ),
+    )
+
+
+class Engine(ApiModel):
+    """Which inference server runs the pair, and how."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "!has(self.sglang) || self.name == 'sglang'",
+                    "engine.sglang is only valid with engine.name sglang",
+                    ".sglang",
+                ),
+                cel(
+                    "!has(self.vllm) || self.name == 'vllm'",
+                    "engine.vllm is only valid with engine.name vllm",
+                    ".vllm",
+                ),
+            ]
+        }
+    )
+
+    name: EngineName = Field(default="vllm", description="Inference engine: vllm or sglang.")
+    image: str | None = Field(
+        default=None,
+        max_length=512,
+        description="Engine container image. Default: the pinned image for the engine.",
+    )
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
+        default="IfNotPresent", description="Pull policy of the engine image."
+    )
+    args: list[Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=list, max_length=64, description="Extra arguments appended to the engine command."
+    )
+    env: list[EnvVar] = Field(default_factory=list, max_length=64, description="Extra environment variables.")
+    vllm: VllmOptions | None = Field(default=None, description="vLLM-only settings.")
+    sglang: SglangOptions | None = Field(default=None, description="SGLang-only settings.")
+
+
+TensorSize = int | Literal["auto"]
+
+
+class Parallelism(ApiModel):
+    """How one replica is spread over GPUs."""
+
+    tensor: TensorSize = Field(
+        default="auto",
+        description=(
+            "Tensor-parallel size: auto (the smallest size in 1, 2, 4, 8 that meets the "
+            "engine's divisibility rules and fits in memory) or an explicit 1, 2, 4, 8 or 16."
+        ),
+        json_schema_extra={
+            "x-kubernetes-int-or-string": True,
+            "x-kubernetes-validations": [
+                cel(
+                    "type(self) == string ? self == 'auto' : self in [1, 2, 4, 8, 16]",
+                    "parallelism.tensor must be auto or one of 1, 2, 4, 8, 16",
+                )
+            ],
+        },
+    )
+    gpu_product: str | None = Field(
+        default=None,
+        max_length=128,
+        description=(
+            "GPU product to run on: a GPU feature discovery product string "
+            "(NVIDIA-H100-80GB-HBM3) or an alias (h100-80gb, a100-40gb, l4, ...). "
+            "Default: the planner picks among products present in the cluster."
+        ),
+    )
+    min_concurrent_sequences: int = Field(
+        default=2,
+        ge=1,
+        le=4096,
+        description="KV cache the plan reserves: this many sequences of maxModelLen tokens per replica.",
+    )
+
+
+class SecretKeyRef(ApiModel):
+    """A key in a Secret in the resource's namespace."""
+
+    name: str = Field(min_length=1, max_length=253, description="Secret name.")
+    key: str = Field(default="token", min_length=1, max_length=253, description="Key holding the value.")
+
+
+class ModelAccess(ApiModel):
+    """How the engine (and the operator's pairing check) reach the model hub."""
+
+    token_secret_ref: SecretKeyRef | None = Field(
+        default=None,
+        description="Secret key holding a Hugging Face token; given to the engine as HF_TOKEN, never copied.",
+    )
+    endpoint: str | None = Field(
+        default=None, max_length=512, description="Hub endpoint (HF_ENDPOINT) for a mirror."
+    )
+    offline: bool = Field(
+        default=False, description="Set HF_HUB_OFFLINE=1: models must already be in the cache."
+    )
+
+
+class ModelCache(ApiModel):
+    """Where model weights are stored: an existing PVC, or an ephemeral volume per pod."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "!(has(self.claimName) && has(self.sizeLimit))",
+                    "modelCache takes claimName or sizeLimit, not both",
+                    ".claimName",
+                )
+            ]
+        }
+    )
+
+    claim_name: str | None = Field(
+        default=None, max_length=253, description="Existing PersistentVolumeClaim mounted at the hub cache."
+    )
+    size_limit: str | None = Field(
+        default=None,
+        max_length=32,
+        pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|K|M|G|T)?$",
+        description="Size limit of the ephemeral cache (emptyDir) when no claim is given, e.g. 200Gi.",
+    )
+    mount_path: str = Field(default="/root/.cache/huggingface", max_length=512, description="Mount path.")
+
+
+class Toleration(ApiModel):
+    """A pod toleration (core/v1 Toleration)."""
+
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] | None = None
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+
+
+class Scheduling(ApiModel):
+    """Placement of the engine pods, on top of what the GPU plan requires."""
+
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Extra node selector labels.")
+    tolerations: list[Toleration] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Extra tolerations (the GPU taint is tolerated already).",
+    )
+    affinity: dict[str, Any] | None = Field(
+        default=None, description="core/v1 Affinity merged with the plan's GPU product node affinity."
+    )
+    priority_class_name: str | None = Field(
+        default=None, max_length=253, description="PriorityClass of the pods."
+    )
+    runtime_class_name: str | None = Field(
+        default=None, max_length=253, description="RuntimeClass of the pods (e.g. nvidia)."
+    )
+
+
+class PodMetadata(ApiModel):
+    """Labels and annotations added to engine pods."""
+
+    labels: dict[str, str] = Field(default_factory=dict, description="Extra pod labels.")
+    annotations: dict[str, str] = Field(default_factory=dict, description="Extra pod annotations.")
+
+
+class Resources(ApiModel):
+    """CPU and memory for the engine container; GPUs come from the plan and cannot be set here."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    f"(!has(self.requests) || !('{GPU_RESOURCE}' in self.requests)) && "
+                    f"(!has(self.limits) || !('{GPU_RESOURCE}' in self.limits))",
+                    f"{GPU_RESOURCE} is set from the tensor-parallel plan; use parallelism.tensor",
+                )
+            ]
+        }
+    )
+
+    requests: dict[str, str] = Field(default_factory=dict, description="Requests, e.g. cpu: 8, memory: 64Gi.")
+    limits: dict[str, str] = Field(default_factory=dict, description="Limits, e.g. memory: 128Gi.")
+
+
+class Service(ApiModel):
+    """The Service in front of the engine pods."""
+
+    type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(
+        default="ClusterIP", description="Service type."
+    )
+    port: int | None = Field(
+        default=None, ge=1, le=65535, description="Service port. Default: the engine's port."
+    )
+
+
+class Pairing(ApiModel):
+    """Controls for the verifier/speculator compatibility check."""
+
+    allow_verifier_mismatch: bool = Field(
+        default=False,
+        description=(
+            "Serve even when the speculator declares a different verifier. The check still "
+            "reports a Warning event and condition."
+        ),
+    )
+    metadata_config_map: str | None = Field(
+        default=None,
+        max_length=253,
+        description=(
+            "ConfigMap in the same namespace with verifier.json and/or speculator.json "
+            "(each a config.json), for models the operator cannot reach."
+        ),
+    )
+
+
+class SpeculativeDeploymentSpec(ApiModel):
+    """Desired state: one verifier/speculator pair served by N replicas."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "has(self.verifier) || (has(self.speculator) && has(self.speculator.model))",
+                    "spec.verifier is required unless spec.speculator.model names a speculator "
+                    "that declares its verifier",
+                    ".verifier",
+                ),
+            ]
+        }
+    )
+
+    verifier: Verifier | None = Field(default=None, description="The target model.")
+    speculator: Speculator | None = Field(default=None, description="The EAGLE-3 draft model.")
+    engine: Engine = Field(default_factory=Engine, json_schema_extra={"default": {}})
+    parallelism: Parallelism = Field(default_factory=Parallelism, json_schema_extra={"default": {}})
+    replicas: int = Field(default=1, ge=0, le=1024, description="Number of engine pods (each a full pair).")
+    max_model_len: int | None = Field(
+        default=None,
+        ge=128,
+        le=10_485_760,
+        description="Maximum context length (tokens). Default: the model's.",
+    )
+    gpu_memory_utilization: float = Field(
+        default=0.9, gt=0, le=1, description="Fraction of each GPU's memory the engine may use."
+    )
+    served_model_name: str | None = Field(
+        default=None, max_length=256, description="Model name clients send. Default: the verifier id."
+    )
+    model_access: ModelAccess = Field(default_factory=ModelAccess, json_schema_extra={"default": {}})
+    model_cache: ModelCache = Field(default_factory=ModelCache, json_schema_extra={"default": {}})
+    scheduling: Scheduling = Field(default_factory=Scheduling, json_schema_extra={"default": {}})
+    pod_metadata: PodMetadata = Field(default_factory=PodMetadata, json_schema_extra={"default": {}})
+    resources: Resources = Field(default_factory=Resources, json_schema_extra={"default": {}})
+    service: Service = Field(default_factory=Service, json_schema_extra={"default": {}})
+    pairing: Pairing = Field(default_factory=Pairing, json_schema_extra={"default": {}})
+
+
+class SpeculativeDeployment(ApiModel):
+    """A whole object as read from the apiserver or a file (metadata kept loose)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    api_version: Literal["specdeploy.io/v1alpha1"] = "specdeploy.io/v1alpha1"
+    kind: Literal["SpeculativeDeployment"] = "SpeculativeDeployment"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: SpeculativeDeploymentSpec
+
+
+
+def validation_problems(exc: ValidationError, prefix: str = "spec") -> str:
+    """A pydantic error as one line naming each field by its path from ``prefix`` (camelCase)."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in (prefix, *e['loc']) if part != '')}: {e['msg']}"
+        for e in exc.errors()
+    )

@@ -1,0 +1,150 @@
+"""The engine Deployment of a SpeculativeDeployment, as a plain manifest.
+
+A pure function of the effective spec, the engine launch and the plan's placement: the operator
+applies what it returns and ``specdeploy render`` prints it, so a reviewed diff of ``render``
+output is exactly what the cluster will get.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specdeploy import api
+from specdeploy.children.labels import common_labels, object_metadata, selector_labels
+from specdeploy.engines import EngineLaunch
+from specdeploy.planning import Placement
+
+SHM_SIZE = "16Gi"
+TERMINATION_GRACE_SECONDS = 60
+
+
+def _env(spec: api.SpeculativeDeploymentSpec, launch: EngineLaunch) -> list[dict[str, Any]]:
+    access = spec.model_access
+    env: list[dict[str, Any]] = []
+    if access.token_secret_ref is not None:
+        env.append(
+            {
+                "name": "HF_TOKEN",
+                "valueFrom": {
+                    "secretKeyRef": {"name": access.token_secret_ref.name, "key": access.token_secret_ref.key}
+                },
+            }
+        )
+    if access.endpoint:
+        env.append({"name": "HF_ENDPOINT", "value": access.endpoint})
+    if access.offline:
+        env.append({"name": "HF_HUB_OFFLINE", "value": "1"})
+    return [*env, *launch.env]
+
+
+def _volumes(spec: api.SpeculativeDeploymentSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    cache = spec.model_cache
+    if cache.claim_name:
+        cache_volume: dict[str, Any] = {
+            "name": "model-cache",
+            "persistentVolumeClaim": {"claimName": cache.claim_name},
+        }
+    else:
+        empty_dir: dict[str, Any] = {}
+        if cache.size_limit:
+            empty_dir["sizeLimit"] = cache.size_limit
+        cache_volume = {"name": "model-cache", "emptyDir": empty_dir}
+    volumes = [cache_volume, {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}}]
+    mounts = [
+        {"name": "model-cache", "mountPath": cache.mount_path},
+        {"name": "dshm", "mountPath": "/dev/shm"},
+    ]
+    return volumes, mounts
+
+
+def _resources(spec: api.SpeculativeDeploymentSpec, gpus: int) -> dict[str, Any]:
+    requests = {**spec.resources.requests, api.GPU_RESOURCE: str(gpus)}
+    limits = {**spec.resources.limits, api.GPU_RESOURCE: str(gpus)}
+    return {"requests": requests, "limits": limits}
+
+
+def _merge_affinity(
+    user: dict[str, Any] | None, required_terms: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """AND the plan's node requirements into every term the user gave (or make one term)."""
+    if not required_terms:
+        return user
+    affinity = dict(user or {})
+    node_affinity = dict(affinity.get("nodeAffinity") or {})
+    required = dict(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = required.get("nodeSelectorTerms") or [{}]
+    merged_terms = []
+    for term in terms:
+        term = dict(term)
+        term["matchExpressions"] = [*(term.get("matchExpressions") or []), *required_terms]
+        merged_terms.append(term)
+    required["nodeSelectorTerms"] = merged_terms
+    node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = required
+    affinity["nodeAffinity"] = node_affinity
+    return affinity
+
+
+def build_deployment(
+    name: str,
+    namespace: str,
+    spec: api.SpeculativeDeploymentSpec,
+    launch: EngineLaunch,
+    placement: Placement,
+    owner: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The engine Deployment for an effective spec (models, TP and engine knobs resolved).
+
+    ``placement`` comes from the GPU plan: GPUs per replica, node requirements, tolerations.
+    """
+    labels = common_labels(name, spec.engine.name)
+    volumes, mounts = _volumes(spec)
+    container: dict[str, Any] = {
+        "name": "engine",
+        "image": launch.image,
+        "imagePullPolicy": spec.engine.image_pull_policy,
+        "command": launch.command,
+        "ports": [{"name": "http", "containerPort": launch.port, "protocol": "TCP"}],
+        "resources": _resources(spec, placement.gpus),
+        "volumeMounts": mounts,
+        "startupProbe": launch.startup_probe,
+        "readinessProbe": launch.readiness_probe,
+        "livenessProbe": launch.liveness_probe,
+    }
+    env = _env(spec, launch)
+    if env:
+        container["env"] = env
+    tolerations = [
+        *(dict(t) for t in placement.tolerations),
+        *(t.model_dump(by_alias=True, exclude_none=True) for t in spec.scheduling.tolerations),
+    ]
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        "volumes": volumes,
+        "tolerations": tolerations,
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        "enableServiceLinks": False,
+    }
+    if spec.scheduling.node_selector:
+        pod_spec["nodeSelector"] = dict(spec.scheduling.node_selector)
+    affinity = _merge_affinity(spec.scheduling.affinity, list(placement.node_requirements))
+    if affinity:
+        pod_spec["affinity"] = affinity
+    if spec.scheduling.priority_class_name:
+        pod_spec["priorityClassName"] = spec.scheduling.priority_class_name
+    if spec.scheduling.runtime_class_name:
+        pod_spec["runtimeClassName"] = spec.scheduling.runtime_class_name
+    pod_meta: dict[str, Any] = {"labels": {**spec.pod_metadata.labels, **labels}}
+    if spec.pod_metadata.annotations:
+        pod_meta["annotations"] = dict(spec.pod_metadata.annotations)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": object_metadata(name, namespace, labels, owner),
+        "spec": {
+            "replicas": spec.replicas,
+            "selector": {"matchLabels": selector_labels(name)},
+            # A GPU pair cannot surge: a second copy would need a second set of GPUs.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+            "template": {"metadata": pod_meta, "spec": pod_spec},
+        },
+    }

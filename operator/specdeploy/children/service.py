@@ -1,0 +1,40 @@
+"""The Service in front of the engine pods, and the endpoint it gives clients."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specdeploy import api
+from specdeploy.children.labels import common_labels, object_metadata, selector_labels
+from specdeploy.engines import EngineLaunch
+
+
+def build_service(
+    name: str,
+    namespace: str,
+    spec: api.SpeculativeDeploymentSpec,
+    launch: EngineLaunch,
+    owner: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The Service in front of the engine pods (OpenAI-compatible API and /metrics)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": object_metadata(name, namespace, common_labels(name, spec.engine.name), owner),
+        "spec": {
+            "type": spec.service.type,
+            "selector": selector_labels(name),
+            "ports": [
+                {
+                    "name": "http",
+                    "port": spec.service.port or launch.port,
+                    "targetPort": launch.port,
+                    "protocol": "TCP",
+                }
+            ],
+        },
+    }
+
+
+def endpoint(name: str, namespace: str, spec: api.SpeculativeDeploymentSpec, launch: EngineLaunch) -> str:
+    return f"http://{name}.{namespace}.svc:{spec.service.port or launch.port}/v1"

@@ -1,0 +1,49 @@
+"""``specdeploy run``: start the operator against the current kubeconfig."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("run", help="run the operator (kopf) against the current kubeconfig")
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        default=[],
+        help="watch only this namespace (repeatable); default: all namespaces",
+    )
+    parser.add_argument(
+        "--probe-address",
+        default="0.0.0.0",
+        help="address of the /healthz liveness endpoint (default 0.0.0.0, for kubelet probes)",
+    )
+    parser.add_argument("--probe-port", type=int, default=8080, help="port of the /healthz endpoint")
+    parser.add_argument("--metrics-port", type=int, default=9090, help="Prometheus metrics port (0 disables)")
+    parser.add_argument(
+        "--webhook-port", type=int, default=0, help="serve the admission webhook here (0: off)"
+    )
+    parser.add_argument("--webhook-address", default="0.0.0.0", help="bind address of the webhook server")
+    parser.add_argument("--webhook-cert-dir", help="directory with tls.crt and tls.key for the webhook")
+    parser.add_argument(
+        "--webhook-host",
+        help="host the apiserver uses to reach the webhook; with --webhook-configure the operator "
+        "writes the ValidatingWebhookConfiguration itself (sandbox and development)",
+    )
+    parser.add_argument("--webhook-configure", action="store_true", help="manage the webhook configuration")
+    parser.add_argument(
+        "--read-token-secrets",
+        action="store_true",
+        help="read the hub token Secret a resource names, for the pairing check's downloads "
+        "(needs RBAC get on secrets; off by default: the engine pods get the token either way)",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from specdeploy.controller import main
+
+    return main.main(args)

@@ -1,0 +1,189 @@
+"""kopf registration: the only module that imports kopf.
+
+Watches and indices feed the reconciler (``controller.reconcile``) with keys and the newest
+watched objects; everything the process holds lives in kopf's memo (an :class:`OperatorMemo`
+built by ``controller.main``), nothing in module globals.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import kopf
+
+from specdeploy import api, children
+from specdeploy.controller import admission, kube
+from specdeploy.controller.reconcile import Reconciler
+from specdeploy.controller.runtime import Key
+from specdeploy.planning.inventory import planner_view
+
+MANAGED = {children.MANAGED_BY_LABEL: children.MANAGED_BY}
+INDICES = ("resources", "child_deployments", "child_services", "gpu_nodes")
+
+
+@dataclass(frozen=True)
+class WebhookServer:
+    """Where the validating webhook listens and with which certificate."""
+
+    addr: str
+    port: int
+    host: str | None
+    certfile: Path
+    pkeyfile: Path
+    cafile: Path | None
+    manage_configuration: bool
+
+
+@dataclass
+class OperatorMemo:
+    """The process's state, handed to every handler as kopf's ``memo``."""
+
+    read_secrets: bool = False
+    webhook: WebhookServer | None = None
+    reconciler: Reconciler | None = field(default=None)
+
+    def running(self) -> Reconciler:
+        assert self.reconciler is not None, "the startup handler creates the reconciler"
+        return self.reconciler
+
+
+class IndexView:
+    """The reconciler's ClusterView over kopf's indices (live mappings kopf keeps current)."""
+
+    def __init__(self, indices: dict[str, kopf.Index[Any, Any]]) -> None:
+        self._indices = indices
+
+    def _latest(self, index: str, key: Any) -> dict[str, Any] | None:
+        store = self._indices[index].get(key)
+        return next(iter(store), None) if store is not None else None
+
+    def resource(self, key: Key) -> dict[str, Any] | None:
+        return self._latest("resources", key)
+
+    def deployment(self, key: Key) -> dict[str, Any] | None:
+        return self._latest("child_deployments", key)
+
+    def service(self, key: Key) -> dict[str, Any] | None:
+        return self._latest("child_services", key)
+
+    def resource_keys(self) -> list[Key]:
+        return list(self._indices["resources"])
+
+    def nodes(self) -> list[dict[str, Any]]:
+        found = (self._latest("gpu_nodes", name) for name in self._indices["gpu_nodes"])
+        return [node for node in found if node is not None]
+
+
+def _view(kwargs: dict[str, Any]) -> IndexView:
+    return IndexView({name: kwargs[name] for name in INDICES})
+
+
+def _post_event(body: dict[str, Any], type_: str, reason: str, message: str) -> None:
+    # The raw object from the index: kopf's event poster reads only its metadata, like a Body's.
+    kopf.event(cast(kopf.Body, body), type=type_, reason=reason, message=message)
+
+
+def register_webhook() -> None:
+    """Serve the validating webhook (kopf refuses to start with a handler and no server).
+
+    ``ignore_failures`` makes the failure policy Ignore: a stopped operator never blocks the
+    cluster; the PairingVerified condition still reports the full result.
+    """
+    kopf.on.validate(
+        api.GROUP, api.VERSION, api.PLURAL, operations=["CREATE", "UPDATE"], ignore_failures=True
+    )(validate)
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, memo: OperatorMemo, **_: Any) -> None:
+    """kopf settings, the API client and the reconciler; only event and index handlers are used,
+    so kopf keeps no finalizer, progress or diff-base annotations."""
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = 30
+    settings.networking.request_timeout = 60
+    settings.posting.level = logging.WARNING
+    settings.queueing.error_delays = [1, 2, 5, 10, 30, 60]
+    if memo.webhook is not None:
+        server = memo.webhook
+        settings.admission.server = kopf.WebhookServer(
+            addr=server.addr,
+            port=server.port,
+            host=server.host,
+            certfile=server.certfile,
+            pkeyfile=server.pkeyfile,
+            cafile=server.cafile,
+        )
+        if server.manage_configuration:
+            settings.admission.managed = api.GROUP
+    kube.load_config()
+    memo.reconciler = Reconciler(kube.KubeClient(), _post_event, read_secrets=memo.read_secrets)
+
+
+def validate(body: kopf.Body, memo: OperatorMemo, **_: Any) -> None:
+    """Reject pairs that fail a check decidable from cached or catalog metadata."""
+    problem = admission.review(dict(body), memo.running().resolver)
+    if problem is not None:
+        raise kopf.AdmissionError(problem, code=422)
+
+
+@kopf.index(api.GROUP, api.VERSION, api.PLURAL)
+def resources(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Key, dict[str, Any]]:
+    return {(namespace, name): dict(body)}
+
+
+@kopf.index("apps", "v1", "deployments", labels=MANAGED)
+def child_deployments(
+    namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[Key, dict[str, Any]]:
+    return {(namespace, name): dict(body)}
+
+
+@kopf.index("v1", "services", labels=MANAGED)
+def child_services(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Key, dict[str, Any]]:
+    return {(namespace, name): dict(body)}
+
+
+@kopf.index("v1", "nodes")
+def gpu_nodes(name: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
+    return {name: planner_view(body)}
+
+
+@kopf.on.event(api.GROUP, api.VERSION, api.PLURAL)
+async def on_resource(
+    event: kopf.RawEvent, namespace: str | None, name: str, memo: OperatorMemo, **kwargs: Any
+) -> None:
+    if event["type"] == "DELETED":
+        memo.running().forget((namespace, name))
+        return
+    await memo.running().submit((namespace, name), _view(kwargs))
+
+
+@kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
+async def on_deployment(
+    namespace: str | None, labels: kopf.Labels, memo: OperatorMemo, **kwargs: Any
+) -> None:
+    owner = labels.get(children.INSTANCE_LABEL)
+    if owner:
+        await memo.running().submit((namespace, owner), _view(kwargs))
+
+
+@kopf.on.event("v1", "services", labels=MANAGED)
+async def on_service(
+    namespace: str | None, labels: kopf.Labels, memo: OperatorMemo, **kwargs: Any
+) -> None:
+    owner = labels.get(children.INSTANCE_LABEL)
+    if owner:
+        await memo.running().submit((namespace, owner), _view(kwargs))
+
+
+@kopf.on.event("v1", "nodes")
+async def on_node(
+    event: kopf.RawEvent, name: str, body: kopf.Body, memo: OperatorMemo, **kwargs: Any
+) -> None:
+    """A GPU inventory change may let a waiting resource proceed (NoNodeFits)."""
+    view = None if event["type"] == "DELETED" else planner_view(body)
+    await memo.running().node_changed(name, view, _view(kwargs))

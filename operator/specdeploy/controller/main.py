@@ -1,0 +1,52 @@
+"""Process entry of ``specdeploy run``: logging, metrics, the webhook server's certificate, then kopf."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import tempfile
+from pathlib import Path
+
+import kopf
+
+from specdeploy.controller import certs, handlers, metrics
+
+
+def main(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not args.verbose:
+        # kopf logs every handled event, aiohttp every probe and webhook call, at INFO: thousands of
+        # lines a minute on a busy cluster.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+        logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    memo = handlers.OperatorMemo(read_secrets=args.read_token_secrets)
+    if args.metrics_port:
+        metrics.serve(args.probe_address, args.metrics_port)
+    if args.webhook_port:
+        cert_dir = Path(args.webhook_cert_dir or tempfile.mkdtemp(prefix="specdeploy-webhook-"))
+        if not (cert_dir / "tls.crt").exists():
+            certs.serving_certificate(cert_dir, [args.webhook_host or "localhost"])
+        memo.webhook = handlers.WebhookServer(
+            addr=args.webhook_address,
+            port=args.webhook_port,
+            host=args.webhook_host,
+            certfile=cert_dir / "tls.crt",
+            pkeyfile=cert_dir / "tls.key",
+            cafile=cert_dir / "ca.crt" if (cert_dir / "ca.crt").exists() else None,
+            manage_configuration=args.webhook_configure,
+        )
+        handlers.register_webhook()
+    asyncio.run(
+        kopf.operator(
+            standalone=True,
+            clusterwide=not args.namespace,
+            namespaces=args.namespace,
+            liveness_endpoint=f"http://{args.probe_address}:{args.probe_port}/healthz",
+            memo=memo,
+        )
+    )
+    return 0

@@ -1,0 +1,194 @@
+"""One reconcile of one SpeculativeDeployment, and the operator state that serves every reconcile.
+
+Level-based: every event on a resource, on one of its children or on a GPU node leads to one
+pass over the affected resources, which computes the whole desired state (``pipeline.compute``),
+writes only the children that differ from the watched state, and writes status only when it
+changed. The watched objects come through a :class:`ClusterView` (kopf indices in production), so a
+reconcile reads nothing from the apiserver in the common case. No kopf here: the handlers module
+passes events in and posts the events this module reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+from specdeploy import api, pipeline
+from specdeploy.controller import drift, metrics, status
+from specdeploy.controller.kube import KubeClient
+from specdeploy.controller.runtime import CallLater, Key, Outcome, WorkQueue, WriteLedger, loop_call_later
+from specdeploy.modelinfo import ModelResolver
+from specdeploy.planning import Inventory, inventory_from_nodes
+
+IO_THREADS = 16
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+class ClusterView(Protocol):
+    """The operator's watch caches: the newest version of each object it watches."""
+
+    def resource(self, key: Key) -> dict[str, Any] | None: ...
+
+    def deployment(self, key: Key) -> dict[str, Any] | None: ...
+
+    def service(self, key: Key) -> dict[str, Any] | None: ...
+
+    def resource_keys(self) -> list[Key]: ...
+
+    def nodes(self) -> list[dict[str, Any]]: ...
+
+
+# (resource body, event type, reason, message)
+EventPoster = Callable[[dict[str, Any], str, str, str], None]
+
+
+class GpuInventory:
+    """The cluster's GPU inventory, recomputed only when a node's planner view changes."""
+
+    def __init__(self) -> None:
+        self.inventory = Inventory(())
+        self.signature = ""
+        self._views: dict[str, dict[str, Any]] = {}
+
+    def node_changed(self, name: str, view: dict[str, Any] | None) -> bool:
+        """Record a node's planner view (None: deleted); False when it is what was seen before."""
+        if self._views.get(name) == view:
+            return False
+        if view is None:
+            self._views.pop(name, None)
+        else:
+            self._views[name] = view
+        return True
+
+    def refresh(self, nodes: list[dict[str, Any]]) -> bool:
+        """Recompute from the nodes; True when the capacity the planner sees changed."""
+        inventory = inventory_from_nodes(nodes)
+        signature = inventory.signature()
+        changed = signature != self.signature
+        self.inventory, self.signature = inventory, signature
+        return changed
+
+
+class Reconciler:
+    """Everything a reconcile needs, owned by one object kept in kopf's memo: no module globals."""
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        post_event: EventPoster,
+        *,
+        read_secrets: bool = False,
+        resolver: ModelResolver | None = None,
+        call_later: CallLater = loop_call_later,
+    ) -> None:
+        self.kube = kube
+        self.post_event = post_event
+        self.read_secrets = read_secrets
+        self.resolver = resolver or ModelResolver()
+        self.gpus = GpuInventory()
+        self.ledger = WriteLedger()
+        self.queue = WorkQueue(self._reconcile, call_later=call_later, on_done=_record)
+        self.view: ClusterView | None = None
+        # API calls and hub downloads block; a pool of their own keeps them from queueing behind
+        # (or starving) kopf's and aiohttp's own threads.
+        self.io = concurrent.futures.ThreadPoolExecutor(
+            max_workers=IO_THREADS, thread_name_prefix="specdeploy-io"
+        )
+
+    async def submit(self, key: Key, view: ClusterView) -> None:
+        """Reconcile ``key`` against the newest watched state."""
+        self.view = view
+        await self.queue.submit(key)
+
+    def forget(self, key: Key) -> None:
+        """A resource is gone: drop its lock, retry and remembered writes."""
+        self.queue.forget(key)
+        self.ledger.forget(key)
+
+    async def node_changed(self, name: str, node_view: dict[str, Any] | None, view: ClusterView) -> None:
+        """A GPU inventory change may let a waiting resource proceed (NoNodeFits).
+
+        Heartbeats change nothing the planner reads and cost one dict comparison.
+        """
+        if not self.gpus.node_changed(name, node_view):
+            return
+        first = not self.gpus.signature
+        if not self.gpus.refresh(view.nodes()) or first:
+            return
+        for key in view.resource_keys():
+            resource = view.resource(key)
+            if resource is not None and status.waiting_for_gpus(resource):
+                await self.submit(key, view)
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.io, fn, *args)
+
+    async def _reconcile(self, key: Key) -> Outcome | None:
+        view = self.view
+        assert view is not None, "submit() sets the view before the queue runs a pass"
+        body = view.resource(key)
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            self.forget(key)
+            return None
+        return await self._converge(key, body, view)
+
+    async def _converge(self, key: Key, body: dict[str, Any], view: ClusterView) -> Outcome:
+        """One pass: children and status written where they differ."""
+        if not self.gpus.signature:
+            self.gpus.refresh(view.nodes())
+        desired = await self._run(
+            pipeline.compute,
+            body,
+            self.resolver,
+            self.gpus.inventory,
+            self.kube.read_configmap,
+            self.kube.read_secret if self.read_secrets else None,
+        )
+        deployment = view.deployment(key)
+        if not desired.blocked:
+            for manifest, current in ((desired.deployment, deployment), (desired.service, view.service(key))):
+                if manifest is not None:
+                    await self._apply(key, drift.stamped(manifest), current)
+        new_status, transitions = status.status_for(body, desired, deployment)
+        if new_status is not None:
+            fingerprint = drift.status_fingerprint(new_status)
+            version = _version(body)
+            if self.ledger.already_written("status", key, fingerprint, version):
+                transitions = []
+            else:
+                await self._run(self.kube.patch_status, key, new_status)
+                metrics.WRITES.labels("status").inc()
+                self.ledger.remember("status", key, fingerprint, version)
+        for t in transitions:
+            healthy = (t.status == "False") if t.type == api.DEGRADED else (t.status != "False")
+            kind = "Normal" if healthy else "Warning"
+            self.post_event(body, kind, t.reason, f"{t.type}={t.status}: {t.message}")
+        if desired.retry:
+            return "retry"
+        return "blocked" if desired.blocked else "converged"
+
+    async def _apply(self, key: Key, want: dict[str, Any], current: dict[str, Any] | None) -> None:
+        kind = want["kind"]
+        fingerprint = want["metadata"]["annotations"][drift.HASH_ANNOTATION]
+        version = _version(current)
+        if self.ledger.already_written(kind, key, fingerprint, version):
+            return
+        if not drift.needs_apply(want, current):
+            return
+        log.info("applying %s %s/%s", kind, *key)
+        await self._run(self.kube.apply, want)
+        metrics.WRITES.labels(kind).inc()
+        self.ledger.remember(kind, key, fingerprint, version)
+
+
+def _version(cached: dict[str, Any] | None) -> str | None:
+    return None if cached is None else cached["metadata"].get("resourceVersion")
+
+
+def _record(outcome: Outcome, seconds: float) -> None:
+    metrics.RECONCILES.labels(outcome).inc()
+    metrics.RECONCILE_SECONDS.observe(seconds)

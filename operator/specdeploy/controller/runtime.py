@@ -1,0 +1,170 @@
+"""The controller core: per-resource serialisation, event coalescing, retry with backoff, write dedup.
+
+What controller-runtime gives a Go operator, kept free of kopf so it can be unit-tested with an
+injected clock and timer: the kopf handlers only pass keys in. Memory is bounded by the number of
+live resources; ``forget`` drops everything held for a deleted one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+Key = tuple[str | None, str]
+Outcome = Literal["converged", "blocked", "retry", "error"]
+RETRY_MIN_SECONDS = 5.0
+RETRY_MAX_SECONDS = 300.0
+
+log = logging.getLogger(__name__)
+
+
+class Timer(Protocol):
+    """A pending callback that can be cancelled (asyncio.TimerHandle is one)."""
+
+    def cancel(self) -> None: ...
+
+
+CallLater = Callable[[float, Callable[[], None]], Timer]
+
+
+def loop_call_later(delay: float, callback: Callable[[], None]) -> Timer:
+    """The production timer: the running event loop's ``call_later``."""
+    return asyncio.get_running_loop().call_later(delay, callback)
+
+
+@dataclass
+class _Retry:
+    """One resource's backoff: the delay grows per failed retry, not per failing event."""
+
+    delay: float
+    timer: Timer | None = None
+
+
+class WorkQueue:
+    """Runs ``reconcile(key)`` one pass at a time per key, coalescing bursts, retrying failures.
+
+    ``reconcile`` returns the pass's outcome, or None when the resource is gone (nothing to count).
+    A burst of events for one key while a pass runs collapses into a single follow-up pass that
+    reads the newest state. A pass that returns ``retry`` or raises is run again after a backoff
+    that starts at ``retry_min`` and doubles up to ``retry_max``; one timer per key at most, so
+    failing event-driven passes cannot push the delay to its maximum.
+    """
+
+    def __init__(
+        self,
+        reconcile: Callable[[Key], Awaitable[Outcome | None]],
+        *,
+        call_later: CallLater = loop_call_later,
+        clock: Callable[[], float] = time.monotonic,
+        on_done: Callable[[Outcome, float], None] = lambda outcome, seconds: None,
+        retry_min: float = RETRY_MIN_SECONDS,
+        retry_max: float = RETRY_MAX_SECONDS,
+    ) -> None:
+        self._reconcile = reconcile
+        self._call_later = call_later
+        self._clock = clock
+        self._on_done = on_done
+        self.retry_min = retry_min
+        self.retry_max = retry_max
+        self._locks: dict[Key, asyncio.Lock] = {}
+        self._waiting: set[Key] = set()
+        self._retries: dict[Key, _Retry] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def submit(self, key: Key) -> None:
+        """Reconcile ``key`` now, or fold into the pass already waiting for it."""
+        if key in self._waiting:
+            return
+        self._waiting.add(key)
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            self._waiting.discard(key)
+            started = self._clock()
+            try:
+                outcome: Outcome | None = await self._reconcile(key)
+            except Exception as exc:
+                # The loop's boundary, as in any controller: an API error, a conflict or a bug in
+                # one resource must not stop the others; it is retried with backoff instead.
+                log.error("reconcile of %s/%s failed, will retry: %s", *key, exc)
+                outcome = "error"
+            if outcome in ("retry", "error"):
+                self._schedule_retry(key)
+            else:
+                self._cancel_retry(key)
+        if outcome is not None:
+            self._on_done(outcome, self._clock() - started)
+
+    def forget(self, key: Key) -> None:
+        """Drop the lock and any pending retry of a deleted resource."""
+        self._cancel_retry(key)
+        self._locks.pop(key, None)
+
+    def retry_delay(self, key: Key) -> float | None:
+        """The backoff of a pending retry (None when none is pending)."""
+        retry = self._retries.get(key)
+        return retry.delay if retry is not None and retry.timer is not None else None
+
+    def __len__(self) -> int:
+        """Keys holding state (a lock or a retry): bounded by the live resources."""
+        return len(self._locks.keys() | self._retries.keys())
+
+    def _schedule_retry(self, key: Key) -> None:
+        retry = self._retries.get(key)
+        if retry is None:
+            retry = self._retries[key] = _Retry(self.retry_min)
+        elif retry.timer is not None:
+            return
+        else:
+            retry.delay = min(retry.delay * 2, self.retry_max)
+        pending = retry
+
+        def fire() -> None:
+            pending.timer = None
+            task = asyncio.get_running_loop().create_task(self.submit(key))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+        pending.timer = self._call_later(pending.delay, fire)
+
+    def _cancel_retry(self, key: Key) -> None:
+        retry = self._retries.pop(key, None)
+        if retry is not None and retry.timer is not None:
+            retry.timer.cancel()
+
+
+class WriteLedger:
+    """Remembers each write with the cached version it was made on, so a stale cache cannot repeat it.
+
+    The operator's own write reaches its watch cache only with the watch event; a reconcile in
+    between (another child's event) would otherwise see the old object and send the same write
+    again. Once the cache moves past the remembered version, the entry is dropped and the cluster
+    compared again (this is also how a child deleted after our write gets recreated).
+    """
+
+    def __init__(self) -> None:
+        self._written: dict[Key, dict[str, tuple[str, str | None]]] = {}
+
+    def already_written(self, kind: str, key: Key, fingerprint: str, cached_version: str | None) -> bool:
+        """True when this exact write was made on top of the version the cache still shows."""
+        writes = self._written.get(key, {})
+        remembered = writes.get(kind)
+        if remembered is None:
+            return False
+        if remembered[1] != cached_version:
+            del writes[kind]
+            return False
+        return remembered[0] == fingerprint
+
+    def remember(self, kind: str, key: Key, fingerprint: str, cached_version: str | None) -> None:
+        self._written.setdefault(key, {})[kind] = (fingerprint, cached_version)
+
+    def forget(self, key: Key) -> None:
+        """Drop every write remembered for a deleted resource."""
+        self._written.pop(key, None)
+
+    def __len__(self) -> int:
+        return sum(len(writes) for writes in self._written.values())

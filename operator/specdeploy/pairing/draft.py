@@ -1,0 +1,81 @@
+"""What a draft's config.json says, whichever of the two EAGLE-3 formats it uses."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from specdeploy.modelinfo.config import DraftFormat, architectures, draft_format
+
+
+@dataclass(frozen=True)
+class DraftFacts:
+    """What a draft's config.json says, whichever of the two EAGLE-3 formats it uses."""
+
+    format: DraftFormat
+    method: str | None
+    architecture: str | None
+    hidden_size: int | None
+    target_hidden_size: int | None
+    vocab_size: int | None
+    draft_vocab_size: int | None
+    aux_layer_ids: list[int] | None
+    declared_verifier: str | None
+    declared_architectures: list[str]
+    speculative_tokens: int | None
+
+    @property
+    def expected_hidden_size(self) -> int | None:
+        return self.target_hidden_size or self.hidden_size
+
+
+
+def as_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+
+
+def draft_facts(config: Mapping[str, Any]) -> DraftFacts:
+    """Read a draft config in the speculators format or the original EAGLE-3 format."""
+    archs = architectures(config)
+    architecture = archs[0] if archs else None
+    fmt = draft_format(config)
+    if fmt == "speculators":
+        layer = config.get("transformer_layer_config") or {}
+        spec_cfg = config.get("speculators_config") or {}
+        verifier = spec_cfg.get("verifier") or {}
+        tokens: int | None = None
+        methods = spec_cfg.get("proposal_methods") or []
+        if methods and isinstance(methods[0], Mapping):
+            tokens = as_int(methods[0].get("speculative_tokens"))
+        aux = config.get("eagle_aux_hidden_state_layer_ids")
+        return DraftFacts(
+            format="speculators",
+            method=str(config["speculators_model_type"]),
+            architecture=architecture,
+            hidden_size=as_int(layer.get("hidden_size")) or as_int(config.get("hidden_size")),
+            target_hidden_size=as_int(config.get("target_hidden_size")),
+            vocab_size=as_int(layer.get("vocab_size")) or as_int(config.get("vocab_size")),
+            draft_vocab_size=as_int(config.get("draft_vocab_size")),
+            aux_layer_ids=[int(i) for i in aux] if isinstance(aux, list) else None,
+            declared_verifier=str(verifier["name_or_path"]) if verifier.get("name_or_path") else None,
+            declared_architectures=[str(a) for a in verifier.get("architectures") or []],
+            speculative_tokens=tokens,
+        )
+    eagle_cfg = config.get("eagle_config") or {}
+    aux = eagle_cfg.get("eagle_aux_hidden_state_layer_ids", config.get("eagle_aux_hidden_state_layer_ids"))
+    return DraftFacts(
+        format=fmt,
+        method=fmt if fmt != "unknown" else None,
+        architecture=architecture,
+        hidden_size=as_int(config.get("hidden_size")),
+        target_hidden_size=as_int(config.get("target_hidden_size")),
+        vocab_size=as_int(config.get("vocab_size")),
+        draft_vocab_size=as_int(config.get("draft_vocab_size")),
+        aux_layer_ids=[int(i) for i in aux] if isinstance(aux, list) else None,
+        declared_verifier=None,
+        declared_architectures=[],
+        speculative_tokens=None,
+    )

@@ -1,0 +1,215 @@
+"""The GPU inventory of a cluster, real (Node objects) or hypothetical (``--gpus``).
+
+The planner needs, per GPU product, its memory and how many GPUs one node can give a pod:
+allocatable ``nvidia.com/gpu`` says the second, GPU feature discovery labels or the built-in
+table (``planning.gpus``) the first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from specdeploy.api import GPU_RESOURCE
+from specdeploy.planning.gpus import (
+    COUNT_LABEL,
+    GIB,
+    MEMORY_LABEL,
+    MIB,
+    PRODUCT_LABEL,
+    GpuType,
+    known_aliases,
+    lookup_gpu,
+)
+
+
+class GpuInventoryError(ValueError):
+    """An inventory description (or GPU name) is invalid; the message names the bad part."""
+
+
+@dataclass(frozen=True)
+class GpuNode:
+    """One schedulable node's GPUs: what a single pod there could request."""
+
+    name: str
+    product: str
+    gpus: int
+    memory_mib: int | None
+
+    @property
+    def memory_gib(self) -> float | None:
+        return None if self.memory_mib is None else self.memory_mib * MIB / GIB
+
+
+@dataclass(frozen=True)
+class ProductCapacity:
+    """One GPU product present in the inventory, summed over its nodes."""
+
+    product: str
+    memory_mib: int | None
+    max_gpus_per_node: int
+    nodes: int
+    gpu_type: GpuType | None
+
+    @property
+    def memory_gib(self) -> float | None:
+        return None if self.memory_mib is None else self.memory_mib * MIB / GIB
+
+    @property
+    def display(self) -> str:
+        return self.gpu_type.name if self.gpu_type else self.product
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """The GPU nodes a replica could be placed on."""
+
+    nodes: tuple[GpuNode, ...] = ()
+
+    def products(self) -> list[ProductCapacity]:
+        """Products present, sorted by name; memory is the smallest any node reports (safe side)."""
+        grouped: dict[str, list[GpuNode]] = {}
+        for node in self.nodes:
+            grouped.setdefault(node.product, []).append(node)
+        capacities = []
+        for product, nodes in sorted(grouped.items()):
+            memories = [n.memory_mib for n in nodes if n.memory_mib is not None]
+            capacities.append(
+                ProductCapacity(
+                    product=product,
+                    memory_mib=min(memories) if memories else None,
+                    max_gpus_per_node=max(n.gpus for n in nodes),
+                    nodes=len(nodes),
+                    gpu_type=lookup_gpu(product),
+                )
+            )
+        return capacities
+
+    def signature(self) -> str:
+        """Changes only when the GPU capacity the planner sees changes (not on heartbeats)."""
+        return hashlib.sha256(repr(self).encode()).hexdigest()
+
+    def describe(self) -> str:
+        """One line per product, e.g. "2 nodes x 8 H100 80GB (NVIDIA-H100-80GB-HBM3, 79.6 GiB)"."""
+        lines = []
+        for cap in self.products():
+            memory = "memory unknown" if cap.memory_gib is None else f"{cap.memory_gib:.1f} GiB"
+            plural = "node" if cap.nodes == 1 else "nodes"
+            lines.append(
+                f"{cap.nodes} {plural} x {cap.max_gpus_per_node} {cap.display} ({cap.product}, {memory})"
+            )
+        return "\n".join(lines) if lines else "no schedulable GPU nodes"
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def _schedulable(node: Mapping[str, Any]) -> bool:
+    """False for cordoned nodes and nodes whose Ready condition is not True.
+
+    A node that reports no Ready condition yet (just registered) counts as schedulable unless it
+    carries the node controller's not-ready/unreachable taints: the scheduler decides the same way.
+    """
+    spec = node.get("spec") or {}
+    if spec.get("unschedulable"):
+        return False
+    for taint in spec.get("taints") or []:
+        if taint.get("key") in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable") and (
+            taint.get("effect") in ("NoSchedule", "NoExecute")
+        ):
+            return False
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return bool(condition.get("status") == "True")
+    return True
+
+
+def planner_view(node: Mapping[str, Any]) -> dict[str, Any]:
+    """What the inventory reads of a Node, without heartbeat timestamps: a heartbeat leaves it equal.
+
+    Labels, taints, schedulability, allocatable and condition statuses; the operator keeps only
+    this projection of each node and compares it to skip events that change nothing here.
+    """
+    metadata = node.get("metadata") or {}
+    spec = node.get("spec") or {}
+    status = node.get("status") or {}
+    return {
+        "metadata": {"name": metadata.get("name"), "labels": dict(metadata.get("labels") or {})},
+        "spec": {k: v for k, v in spec.items() if k in ("taints", "unschedulable")},
+        "status": {
+            "allocatable": dict(status.get("allocatable") or {}),
+            "conditions": [
+                {"type": c.get("type"), "status": c.get("status")} for c in status.get("conditions") or []
+            ],
+        },
+    }
+
+
+def inventory_from_nodes(nodes: Iterable[Mapping[str, Any]]) -> Inventory:
+    """The GPU inventory of Node objects (camelCase JSON dicts, as the API returns them).
+
+    Allocatable ``nvidia.com/gpu`` is what a pod can request, so it decides the GPU count; the
+    ``nvidia.com/gpu.count`` label is only a fallback while the device plugin has not reported.
+    Nodes without GPUs, cordoned or not Ready are left out. Memory comes from the GFD label, else
+    from the built-in table; an unknown product without the label keeps memory None. Nodes are
+    sorted by name, so the same cluster always gives an equal inventory.
+    """
+    found = []
+    for node in nodes:
+        if not _schedulable(node):
+            continue
+        metadata = node.get("metadata") or {}
+        labels = metadata.get("labels") or {}
+        status = node.get("status") or {}
+        allocatable = (status.get("allocatable") or {}).get(GPU_RESOURCE)
+        gpus = _int_or_none(allocatable) if allocatable is not None else _int_or_none(labels.get(COUNT_LABEL))
+        if not gpus or gpus < 1:
+            continue
+        product = labels.get(PRODUCT_LABEL) or "unknown"
+        memory_mib = _int_or_none(labels.get(MEMORY_LABEL))
+        if memory_mib is None:
+            gpu = lookup_gpu(product)
+            memory_mib = gpu.memory_mib if gpu else None
+        name = str(metadata.get("name", ""))
+        found.append(GpuNode(name=name, product=product, gpus=gpus, memory_mib=memory_mib))
+    return Inventory(tuple(sorted(found, key=lambda n: n.name)))
+
+
+_ENTRY = re.compile(r"^(?P<gpu>[A-Za-z0-9][A-Za-z0-9._-]*):(?P<gpus>\d+)(?:x(?P<nodes>\d+))?$")
+
+
+def parse_gpus_flag(text: str) -> Inventory:
+    """A hypothetical inventory from ``ALIAS:GPUS[xNODES],...``, e.g. ``h100-80gb:8,l4:4x2``.
+
+    Each entry is a node (or NODES identical nodes) with GPUS GPUs of one product from the
+    built-in table, named by alias or GFD product string.
+    """
+    nodes: list[GpuNode] = []
+    entries = [entry.strip() for entry in text.split(",")]
+    if not any(entries):
+        raise GpuInventoryError("--gpus is empty: expected ALIAS:GPUS[xNODES],... e.g. h100-80gb:8,l4:4")
+    for entry in entries:
+        match = _ENTRY.match(entry)
+        if match is None:
+            raise GpuInventoryError(f"--gpus entry {entry!r}: expected ALIAS:GPUS[xNODES], e.g. h100-80gb:8")
+        gpu = lookup_gpu(match["gpu"])
+        if gpu is None:
+            raise GpuInventoryError(
+                f"--gpus entry {entry!r}: unknown GPU {match['gpu']!r}; known: {known_aliases()}"
+            )
+        gpus, count = int(match["gpus"]), int(match["nodes"] or 1)
+        if gpus < 1 or count < 1:
+            raise GpuInventoryError(f"--gpus entry {entry!r}: GPU and node counts must be at least 1")
+        start = sum(1 for n in nodes if n.product == gpu.product)
+        nodes.extend(
+            GpuNode(f"{gpu.alias}-{start + i}", gpu.product, gpus, gpu.memory_mib)
+            for i in range(count)
+        )
+    return Inventory(tuple(nodes))

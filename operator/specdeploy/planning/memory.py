@@ -1,0 +1,147 @@
+"""The memory model of one replica: what each GPU must hold at a tensor-parallel size.
+
+Memory model, per GPU of a replica at tensor-parallel size TP (all sizes in GiB = 2**30 bytes):
+
+    weights / TP                      verifier weights; embeddings and lm_head are sharded too
+  + speculator / draft TP             the whole draft sits on rank 0 when its TP is 1
+  + KV cache per token x tokens       tokens = maxModelLen x minConcurrentSequences
+  + 2 GiB runtime reserve             CUDA context, cuBLAS/NCCL workspaces, CUDA graphs,
+                                      activation peak of the engine's profiling run
+  <= GPU memory x gpuMemoryUtilization
+
+KV cache per token and GPU = layers x ceil(KV heads / TP) x head dim x 2 (K and V) x dtype bytes,
+for the verifier plus the draft's own layers (KV heads are replicated once TP exceeds them).
+Verifier weights are the safetensors total when known, else parameters x bytes per parameter
+computed from config.json (see ``parameter_count``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from specdeploy import api
+from specdeploy.modelinfo import ModelInfo
+from specdeploy.modelinfo.config import draft_format, draft_layer_config
+from specdeploy.planning.gpus import GIB
+from specdeploy.planning.shape import (
+    ModelShape,
+    bytes_per_parameter,
+        draft_parameter_count,
+    model_shape,
+    parameter_count,
+)
+
+RUNTIME_RESERVE_GIB = 2.0
+WeightsSource = Literal["metadata", "config"]
+
+
+@dataclass(frozen=True)
+class PerGpu:
+    """Memory one GPU of a replica needs, in GiB."""
+
+    weights: float
+    speculator: float
+    kv_cache: float
+    reserve: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.speculator + self.kv_cache + self.reserve
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Everything that sizes a replica, independent of the GPU it lands on."""
+
+    verifier: ModelShape
+    weights_bytes: int
+    weights_source: WeightsSource
+    speculator: ModelShape | None
+    speculator_bytes: int
+    kv_dtype_bytes: int
+    max_model_len: int
+    sequences: int
+    utilization: float
+    reserve_gib: float = RUNTIME_RESERVE_GIB
+
+    @property
+    def tokens(self) -> int:
+        return self.max_model_len * self.sequences
+
+    def kv_bytes_per_token(self, tp: int, draft_tp: int) -> int:
+        """KV cache bytes per token on the most loaded GPU (rank 0, which holds a TP-1 draft)."""
+        per_token = _kv_per_token(self.verifier, tp, self.kv_dtype_bytes)
+        if self.speculator is not None:
+            per_token += _kv_per_token(self.speculator, draft_tp, self.kv_dtype_bytes)
+        return per_token
+
+    def per_gpu(self, tp: int, draft_tp: int) -> PerGpu:
+        return PerGpu(
+            weights=self.weights_bytes / tp / GIB,
+            speculator=self.speculator_bytes / draft_tp / GIB,
+            kv_cache=self.kv_bytes_per_token(tp, draft_tp) * self.tokens / GIB,
+            reserve=self.reserve_gib,
+        )
+
+    def kv_cache_gib(self, tp: int, draft_tp: int) -> float:
+        """KV cache of the whole replica for ``tokens``, replicated KV heads included."""
+        verifier = _kv_per_token(self.verifier, tp, self.kv_dtype_bytes) * tp
+        draft = 0
+        if self.speculator is not None:
+            draft = _kv_per_token(self.speculator, draft_tp, self.kv_dtype_bytes) * draft_tp
+        return (verifier + draft) * self.tokens / GIB
+
+    def min_gpu_gib(self, tp: int, draft_tp: int) -> float:
+        """The smallest GPU memory that holds one shard at this utilisation."""
+        return self.per_gpu(tp, draft_tp).total / self.utilization
+
+
+def _kv_per_token(shape: ModelShape, tp: int, dtype_bytes: int) -> int:
+    return shape.num_layers * math.ceil(shape.num_kv_heads / tp) * shape.head_dim * 2 * dtype_bytes
+
+
+def kv_cache_dtype_bytes(spec: api.SpeculativeDeploymentSpec) -> int:
+    """1 for an FP8 KV cache (vLLM --kv-cache-dtype fp8*), else 2 (the bf16/fp16 activations)."""
+    vllm = spec.engine.vllm
+    if spec.engine.name == "vllm" and vllm is not None and (vllm.kv_cache_dtype or "auto").startswith("fp8"):
+        return 1
+    return 2
+
+
+def estimate_memory(
+    spec: api.SpeculativeDeploymentSpec,
+    verifier: ModelInfo,
+    speculator: ModelInfo | None,
+    max_model_len: int,
+) -> MemoryEstimate:
+    """The replica's memory model; raises IncompleteConfigError when config.json is too sparse."""
+    shape = model_shape(verifier.config)
+    source: WeightsSource
+    if verifier.weights_bytes:
+        weights, source = verifier.weights_bytes, "metadata"
+    else:
+        weights = int(parameter_count(shape) * bytes_per_parameter(verifier.config))
+        source = "config"
+    draft_shape: ModelShape | None = None
+    draft_bytes = 0
+    if speculator is not None:
+        draft_shape = model_shape(draft_layer_config(speculator.config))
+        if speculator.weights_bytes:
+            draft_bytes = speculator.weights_bytes
+        else:
+            eagle3 = draft_format(speculator.config) in ("speculators", "eagle3")
+            count = draft_parameter_count(speculator.config) if eagle3 else parameter_count(draft_shape)
+            draft_bytes = int(count * bytes_per_parameter(speculator.config))
+    return MemoryEstimate(
+        verifier=shape,
+        weights_bytes=weights,
+        weights_source=source,
+        speculator=draft_shape,
+        speculator_bytes=draft_bytes,
+        kv_dtype_bytes=kv_cache_dtype_bytes(spec),
+        max_model_len=max_model_len,
+        sequences=spec.parallelism.min_concurrent_sequences,
+        utilization=spec.gpu_memory_utilization,
+    )

@@ -1,0 +1,312 @@
+"""The GPU planner: how many GPUs of which product one replica needs, and why.
+
+Pure functions over the spec, the models' config.json and a GPU inventory: the operator calls
+``plan`` on every reconcile and ``specdeploy plan`` calls it offline, so both always agree. The
+memory model it applies is described in ``planning.memory``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any
+
+from specdeploy import api
+from specdeploy.modelinfo import ModelInfo
+from specdeploy.planning.gpus import (
+    GIB,
+    GPU_TOLERATION,
+    PRODUCT_LABEL,
+    display_name,
+    gpu_table,
+    known_aliases,
+    lookup_gpu,
+    same_gpu,
+)
+from specdeploy.planning.inventory import GpuNode, Inventory, ProductCapacity
+from specdeploy.planning.memory import MemoryEstimate, PerGpu, estimate_memory
+from specdeploy.planning.parallelism import (
+    draft_tensor_parallel_size,
+    draft_tp_violation,
+    tensor_parallel_violations,
+)
+from specdeploy.planning.shape import (
+    IncompleteConfigError,
+    bytes_per_parameter,
+    fp8_block_sizes,
+    model_context_limit,
+)
+
+AUTO_TENSOR_SIZES = (1, 2, 4, 8)
+# Default context when spec.maxModelLen is unset: the model's own limit, capped here. Long-context
+# models (Qwen3 MoE: 262144) would otherwise reserve ~24 GiB of KV cache per sequence and make
+# every plan several times larger than typical chat or coding traffic needs.
+DEFAULT_MAX_MODEL_LEN = 32768
+
+
+class Reason(StrEnum):
+    """Stable reason codes, used as the Schedulable condition's reason."""
+
+    PLANNED = "Planned"
+    NO_NODE_FITS = "NoNodeFits"
+    INVALID_TENSOR_PARALLEL_SIZE = "InvalidTensorParallelSize"
+    INVALID_DRAFT_TENSOR_PARALLEL_SIZE = "InvalidDraftTensorParallelSize"
+    UNKNOWN_GPU_PRODUCT = "UnknownGpuProduct"
+    INVALID_MAX_MODEL_LEN = "InvalidMaxModelLen"
+    INCOMPLETE_MODEL_CONFIG = "IncompleteModelConfig"
+
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """One (product, TP) option the planner weighed, and its verdict."""
+
+    tensor_parallel_size: int
+    gpu_product: str | None
+    fits: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class PlanOutcome:
+    """The planner's answer: a plan when something fits, else a reason code and what would fit."""
+
+    fits: bool
+    reason: Reason
+    message: str
+    plan: api.Plan | None = None
+    alternatives: tuple[Alternative, ...] = ()
+    estimate: MemoryEstimate | None = None
+
+
+def _gib(value: float) -> str:
+    return f"{value:.1f} GiB"
+
+
+def _breakdown(per_gpu: PerGpu) -> str:
+    return (
+        f"{per_gpu.weights:.1f} weights + {per_gpu.speculator:.1f} speculator + "
+        f"{per_gpu.kv_cache:.1f} KV cache + {per_gpu.reserve:.1f} reserve"
+    )
+
+
+def _largest_node(nodes: Sequence[GpuNode]) -> GpuNode | None:
+    if not nodes:
+        return None
+    return max(nodes, key=lambda n: (n.gpus * (n.memory_mib or 0), n.gpus, n.product))
+
+
+def _fails_on(cap: ProductCapacity, tp: int, draft_tp: int, estimate: MemoryEstimate) -> str | None:
+    """Why one replica at ``tp`` does not fit a node of this product, or None when it does."""
+    if cap.max_gpus_per_node < tp:
+        return f"needs {tp} GPUs on one node; at most {cap.max_gpus_per_node} allocatable"
+    if cap.memory_gib is None:
+        return "GPU memory unknown (no nvidia.com/gpu.memory label and not in the built-in table)"
+    per_gpu = estimate.per_gpu(tp, draft_tp)
+    usable = cap.memory_gib * estimate.utilization
+    if per_gpu.total > usable:
+        return f"needs {_gib(per_gpu.total)} per GPU ({_breakdown(per_gpu)}); {_gib(usable)} usable"
+    return None
+
+
+def _preference(cap: ProductCapacity, tp: int, fp8_checkpoint: bool) -> tuple[int, bool, int, str]:
+    """Fewest GPUs per replica, then native FP8 for FP8 checkpoints, then the smallest GPU that fits."""
+    native_fp8 = cap.gpu_type.fp8 if cap.gpu_type else False
+    return (tp, fp8_checkpoint and not native_fp8, cap.memory_mib or 0, cap.product)
+
+
+def plan(
+    spec: api.SpeculativeDeploymentSpec,
+    verifier: ModelInfo,
+    speculator: ModelInfo | None,
+    inventory: Inventory,
+) -> PlanOutcome:
+    """Choose the tensor-parallel size and GPU product of one replica, never overriding the user.
+
+    ``tensor: auto`` takes the smallest size in 1, 2, 4, 8 that the engine can shard the model
+    into, that fits in memory and that one node of the product can host; an explicit size is only
+    checked. Among products that fit, the fewest GPUs per replica wins, then (for FP8 checkpoints)
+    native FP8 support, then the smallest GPU memory, which keeps big GPUs free for big models.
+    """
+    config = verifier.config  # quantization_config and torch_dtype sit at the top level
+    model = verifier.model_id
+    limit = model_context_limit(verifier.config)
+    if spec.max_model_len is not None:
+        if limit is not None and spec.max_model_len > limit:
+            return PlanOutcome(
+                False,
+                Reason.INVALID_MAX_MODEL_LEN,
+                f"maxModelLen {spec.max_model_len} exceeds the {limit} tokens {model} supports",
+            )
+        max_model_len = spec.max_model_len
+    else:
+        max_model_len = min(limit or DEFAULT_MAX_MODEL_LEN, DEFAULT_MAX_MODEL_LEN)
+    try:
+        estimate = estimate_memory(spec, verifier, speculator, max_model_len)
+    except IncompleteConfigError as exc:
+        return PlanOutcome(False, Reason.INCOMPLETE_MODEL_CONFIG, f"cannot size the models: {exc}")
+
+    fp8_blocks = fp8_block_sizes(config)
+    explicit = spec.parallelism.tensor if isinstance(spec.parallelism.tensor, int) else None
+    sizes = (explicit,) if explicit is not None else AUTO_TENSOR_SIZES
+    alternatives: list[Alternative] = []
+    valid: list[int] = []
+    draft_only = False
+    for tp in sizes:
+        problems = tensor_parallel_violations(estimate.verifier, tp, fp8_blocks, model)
+        draft_problem = draft_tp_violation(spec, tp)
+        if draft_problem is None and speculator is not None and estimate.speculator is not None:
+            problems += tensor_parallel_violations(
+                estimate.speculator, draft_tensor_parallel_size(spec, tp), (), speculator.model_id
+            )
+        elif draft_problem is not None:
+            draft_only = draft_only or not problems
+            problems.append(draft_problem)
+        if problems:
+            alternatives.append(Alternative(tp, None, False, "; ".join(problems)))
+        else:
+            valid.append(tp)
+    if not valid:
+        reason = (
+            Reason.INVALID_DRAFT_TENSOR_PARALLEL_SIZE if draft_only else Reason.INVALID_TENSOR_PARALLEL_SIZE
+        )
+        message = alternatives[0].reason if explicit is not None else (
+            "no tensor-parallel size in 1, 2, 4, 8 works: "
+            + "; ".join(f"{a.tensor_parallel_size}: {a.reason}" for a in alternatives)
+        )
+        return PlanOutcome(False, reason, message, None, tuple(alternatives), estimate)
+
+    nodes = list(inventory.nodes)
+    capacities = inventory.products()
+    wanted = spec.parallelism.gpu_product
+    if wanted:
+        capacities = [c for c in capacities if same_gpu(c.product, wanted)]
+        nodes = [n for n in nodes if same_gpu(n.product, wanted)]
+        if not capacities:
+            if lookup_gpu(wanted) is None:
+                return PlanOutcome(
+                    False,
+                    Reason.UNKNOWN_GPU_PRODUCT,
+                    f"unknown GPU product {wanted!r}: name a product present in the cluster "
+                    f"({', '.join(c.product for c in inventory.products()) or 'none'}) or an alias "
+                    f"({known_aliases()})",
+                    None,
+                    tuple(alternatives),
+                    estimate,
+                )
+            present = ", ".join(c.product for c in inventory.products()) or "none"
+            return PlanOutcome(
+                False,
+                Reason.NO_NODE_FITS,
+                f"{_no_fit_need(estimate, spec, valid, nodes)}; no schedulable node has "
+                f"{display_name(wanted)} GPUs ({wanted}); products present: {present}",
+                None,
+                tuple(alternatives),
+                estimate,
+            )
+
+    fp8_checkpoint = bool(fp8_blocks) or bytes_per_parameter(config) == 1.0
+    fitting: list[tuple[tuple[int, bool, int, str], ProductCapacity, int]] = []
+    for cap in capacities:
+        for tp in valid:
+            problem = _fails_on(cap, tp, draft_tensor_parallel_size(spec, tp), estimate)
+            alternatives.append(Alternative(tp, cap.product, problem is None, problem or "fits"))
+            if problem is None:
+                fitting.append((_preference(cap, tp, fp8_checkpoint), cap, tp))
+                break
+
+    if not fitting:
+        largest = _largest_node(nodes)
+        where = (
+            f"largest allocatable: {largest.gpus} x {display_name(largest.product)}"
+            if largest
+            else "no schedulable node has allocatable nvidia.com/gpu"
+        )
+        return PlanOutcome(
+            False,
+            Reason.NO_NODE_FITS,
+            f"{_no_fit_need(estimate, spec, valid, nodes)}; {where}",
+            None,
+            tuple(alternatives),
+            estimate,
+        )
+
+    _, cap, tp = min(fitting, key=lambda item: item[0])
+    draft_tp = draft_tensor_parallel_size(spec, tp)
+    per_gpu = estimate.per_gpu(tp, draft_tp)
+    alternatives = [
+        replace(alt, reason="chosen" if alt.gpu_product == cap.product else "fits; not preferred")
+        if alt.fits
+        else alt
+        for alt in alternatives
+    ]
+    how = (
+        f"tensor {tp} as set" if explicit is not None
+        else f"tensor auto: {tp} is the smallest size in 1, 2, 4, 8 that shards and fits"
+    )
+    choice = (
+        f"{cap.display} as set" if wanted else f"{cap.display} preferred (fewest GPUs, then smallest memory)"
+    )
+    usable = (cap.memory_gib or 0.0) * estimate.utilization
+    reason_text = (
+        f"{how}; {choice}; per GPU {_breakdown(per_gpu)} = {_gib(per_gpu.total)} of {_gib(usable)} usable"
+    )
+    result = api.Plan(
+        tensor_parallel_size=tp,
+        gpu_product=cap.product,
+        gpus_per_replica=tp,
+        gpu_memory_gib=round(cap.memory_gib or 0.0, 2),
+        weights_gib=round(estimate.weights_bytes / GIB, 2),
+        speculator_weights_gib=round(estimate.speculator_bytes / GIB, 2) if speculator is not None else None,
+        kv_cache_gib=round(estimate.kv_cache_gib(tp, draft_tp), 2),
+        max_model_len=max_model_len,
+        reason=reason_text,
+    )
+    return PlanOutcome(True, Reason.PLANNED, reason_text, result, tuple(alternatives), estimate)
+
+
+def _no_fit_need(
+    estimate: MemoryEstimate,
+    spec: api.SpeculativeDeploymentSpec,
+    valid: Sequence[int],
+    nodes: Sequence[GpuNode],
+) -> str:
+    """The replica shape that would fit: the fewest GPUs whose per-GPU need the cluster's biggest GPU
+    (or, without GPUs, the biggest in the built-in table) could meet, else the widest shape."""
+    memories = [n.memory_gib for n in nodes if n.memory_gib is not None]
+    biggest = max(memories) if memories else max(g.memory_mib for g in gpu_table()) / 1024
+    chosen = valid[-1]
+    for tp in valid:
+        if estimate.min_gpu_gib(tp, draft_tensor_parallel_size(spec, tp)) <= biggest:
+            chosen = tp
+            break
+    need = math.ceil(estimate.min_gpu_gib(chosen, draft_tensor_parallel_size(spec, chosen)))
+    gpus = "GPU" if chosen == 1 else "GPUs"
+    return f"needs {chosen} x >= {need} GiB {gpus} on one node"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What a plan imposes on an engine pod; the pod builder merges it with spec.scheduling.
+
+    ``node_requirements`` are node-selector requirements ANDed into every required
+    nodeSelectorTerm (the GPU product); ``tolerations`` admit the pod to tainted GPU nodes.
+    """
+
+    gpus: int
+    node_requirements: tuple[dict[str, Any], ...]
+    tolerations: tuple[dict[str, Any], ...]
+
+
+def placement(plan: api.Plan) -> Placement:
+    """The plan's GPUs per replica, its GPU product as a node requirement, the GPU toleration."""
+    requirements = []
+    if plan.gpu_product:
+        requirements.append({"key": PRODUCT_LABEL, "operator": "In", "values": [plan.gpu_product]})
+    return Placement(
+        gpus=plan.gpus_per_replica,
+        node_requirements=tuple(requirements),
+        tolerations=(dict(GPU_TOLERATION),),
+    )

@@ -1,0 +1,163 @@
+"""Model shapes from config.json: the sizing fields, parameter counts and bytes per weight.
+
+The memory model (``planning.memory``) and the parallelism rules (``planning.parallelism``) read
+models only through :class:`ModelShape`, so every config.json quirk is handled here once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from specdeploy.modelinfo.config import draft_layer_config, text_config
+
+# rope_scaling types for which vLLM multiplies max_position_embeddings by the factor.
+_NON_EXTENDING_ROPE = {"su", "longrope", "llama3", "default", "mrope"}
+
+
+class IncompleteConfigError(ValueError):
+    """config.json lacks a field the memory model needs."""
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The config.json fields that size a transformer decoder."""
+
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    intermediate_size: int
+    tie_word_embeddings: bool
+    num_experts: int
+    moe_intermediate_size: int
+    moe_layers: int
+    shared_expert_intermediate_size: int
+    max_position_embeddings: int | None
+
+
+def _required(config: Mapping[str, Any], *names: str) -> int:
+    for name in names:
+        value = config.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    raise IncompleteConfigError(f"config.json has no {' or '.join(names)}")
+
+
+def model_shape(config: Mapping[str, Any]) -> ModelShape:
+    """Read the sizing fields of a (verifier or single-layer draft) config."""
+    cfg = text_config(config)
+    hidden = _required(cfg, "hidden_size")
+    layers = _required(cfg, "num_hidden_layers")
+    heads = _required(cfg, "num_attention_heads")
+    kv_heads = cfg.get("num_key_value_heads") or heads
+    head_dim = cfg.get("head_dim") or hidden // heads
+    experts = int(cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get("n_routed_experts") or 0)
+    intermediate = int(cfg.get("intermediate_size") or 0)
+    moe_intermediate = int(cfg.get("moe_intermediate_size") or intermediate)
+    moe_layers = 0
+    if experts:
+        dense_only = set(cfg.get("mlp_only_layers") or ())
+        step = int(cfg.get("decoder_sparse_step") or 1)
+        first_dense = int(cfg.get("first_k_dense_replace") or 0)
+        moe_layers = sum(
+            1 for i in range(layers) if i not in dense_only and (i + 1) % step == 0 and i >= first_dense
+        )
+    shared = int(cfg.get("shared_expert_intermediate_size") or 0)
+    shared += int(cfg.get("n_shared_experts") or 0) * moe_intermediate
+    max_pos = cfg.get("max_position_embeddings")
+    return ModelShape(
+        hidden_size=hidden,
+        num_layers=layers,
+        num_heads=heads,
+        num_kv_heads=int(kv_heads),
+        head_dim=int(head_dim),
+        vocab_size=_required(cfg, "vocab_size"),
+        intermediate_size=intermediate,
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        num_experts=experts,
+        moe_intermediate_size=moe_intermediate,
+        moe_layers=moe_layers,
+        shared_expert_intermediate_size=shared,
+        max_position_embeddings=int(max_pos) if isinstance(max_pos, int) else None,
+    )
+
+
+def parameter_count(shape: ModelShape) -> int:
+    """Parameters of a decoder-only transformer with GQA attention and gated (SwiGLU) MLPs.
+
+    embeddings (vocab x hidden, twice unless tied)
+    + per layer: attention hidden x head_dim x (2 x heads + 2 x KV heads) + 2 norms
+      + dense MLP 3 x hidden x intermediate, or for MoE layers
+        experts x 3 x hidden x moe_intermediate + router hidden x experts
+        + shared experts 3 x hidden x shared_intermediate.
+    Biases and q/k norms are ignored (well under 0.1 %).
+    """
+    h = shape.hidden_size
+    embeddings = shape.vocab_size * h * (1 if shape.tie_word_embeddings else 2)
+    attention = h * shape.head_dim * (2 * shape.num_heads + 2 * shape.num_kv_heads) + 2 * h
+    dense_mlp = 3 * h * shape.intermediate_size
+    moe_mlp = shape.num_experts * (3 * h * shape.moe_intermediate_size + h)
+    moe_mlp += 3 * h * shape.shared_expert_intermediate_size
+    dense_layers = shape.num_layers - shape.moe_layers
+    return embeddings + shape.num_layers * attention + dense_layers * dense_mlp + shape.moe_layers * moe_mlp
+
+
+def bytes_per_parameter(config: Mapping[str, Any]) -> float:
+    """Bytes per weight: the quantisation's bits, else 2 (engines serve fp32 checkpoints as bf16)."""
+    quant = config.get("quantization_config")
+    if isinstance(quant, Mapping):
+        method = str(quant.get("quant_method", "")).lower()
+        bits = quant.get("bits") or quant.get("w_bit")
+        if isinstance(bits, int):
+            return bits / 8
+        if "fp8" in method:
+            return 1.0
+    dtype = str(config.get("torch_dtype") or config.get("dtype") or "bfloat16")
+    return 1.0 if "float8" in dtype else 2.0
+
+
+def fp8_block_sizes(config: Mapping[str, Any]) -> tuple[int, ...]:
+    """The FP8 weight block sizes ([128, 128] for block-quantised checkpoints), else ()."""
+    quant = config.get("quantization_config")
+    if not isinstance(quant, Mapping) or "fp8" not in str(quant.get("quant_method", "")).lower():
+        return ()
+    blocks = quant.get("weight_block_size")
+    if not isinstance(blocks, Sequence):
+        return ()
+    return tuple(sorted({int(b) for b in blocks}))
+
+
+def draft_parameter_count(config: Mapping[str, Any]) -> int:
+    """Parameters of an EAGLE-3 draft (speculators or SpecForge/SGLang layout).
+
+    Its decoder layer attends over [embedding; hidden state], so q/k/v take 2 x hidden inputs; an
+    fc layer fuses three verifier hidden states (3 x target hidden -> hidden); the lm_head maps to
+    the draft vocabulary. The embedding (verifier vocabulary) is counted although some
+    checkpoints share the verifier's: the estimate stays on the safe side by < 1 GiB.
+    """
+    shape = model_shape(draft_layer_config(config))
+    h = shape.hidden_size
+    target_hidden = config.get("target_hidden_size") or h
+    draft_vocab = int(config.get("draft_vocab_size") or shape.vocab_size)
+    qkv = 2 * h * shape.head_dim * (shape.num_heads + 2 * shape.num_kv_heads)
+    layer = qkv + shape.num_heads * shape.head_dim * h + 3 * h * shape.intermediate_size + 3 * h
+    return shape.num_layers * layer + 3 * int(target_hidden) * h + shape.vocab_size * h + h * draft_vocab
+
+
+def model_context_limit(config: Mapping[str, Any]) -> int | None:
+    """The longest context the engine accepts for this model (max_position_embeddings x rope factor)."""
+    cfg = text_config(config)
+    max_pos = cfg.get("max_position_embeddings")
+    if not isinstance(max_pos, int):
+        return None
+    rope = cfg.get("rope_scaling")
+    if isinstance(rope, Mapping):
+        rope_type = str(rope.get("rope_type") or rope.get("type") or "default")
+        factor = rope.get("factor")
+        if rope_type not in _NON_EXTENDING_ROPE and isinstance(factor, int | float) and factor > 1:
+            return int(max_pos * factor)
+    return max_pos
