@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test unit lint crd clean
+.PHONY: demo test unit crd clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check operator tests bench
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/specdeploy sandbox build
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests
 
