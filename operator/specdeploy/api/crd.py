@@ -96,6 +96,21 @@ def _column(name: str, path: str, kind: str = "string", priority: int = 0) -> di
     return column
 
 
+def _printer_columns() -> list[dict[str, Any]]:
+    """What ``kubectl get sdep`` shows (priority 1 only with ``-o wide``)."""
+    return [
+        _column("Verifier", ".status.verifier"),
+        _column("Speculator", ".status.speculator"),
+        _column("Engine", ".spec.engine.name"),
+        _column("TP", ".status.tensorParallelSize", "integer"),
+        _column("Ready", ".status.readyReplicas", "integer"),
+        _column("Replicas", ".spec.replicas", "integer", priority=1),
+        _column("Acceptance", ".status.acceptance.rate"),
+        _column("Status", ".status.conditions[?(@.type=='Ready')].reason", priority=1),
+        _column("Age", ".metadata.creationTimestamp", "date"),
+    ]
+
+
 def custom_resource_definition() -> dict[str, Any]:
     """The whole CRD object, as checked in under crds/ and shipped in the chart."""
     spec_schema = openapi_schema(spec.SpeculativeDeploymentSpec)
@@ -129,17 +144,7 @@ def custom_resource_definition() -> dict[str, Any]:
                             "labelSelectorPath": ".status.selector",
                         },
                     },
-                    "additionalPrinterColumns": [
-                        _column("Verifier", ".status.verifier"),
-                        _column("Speculator", ".status.speculator"),
-                        _column("Engine", ".spec.engine.name"),
-                        _column("TP", ".status.tensorParallelSize", "integer"),
-                        _column("Ready", ".status.readyReplicas", "integer"),
-                        _column("Replicas", ".spec.replicas", "integer", priority=1),
-                        _column("Acceptance", ".status.acceptance.rate"),
-                        _column("Status", ".status.conditions[?(@.type=='Ready')].reason", priority=1),
-                        _column("Age", ".metadata.creationTimestamp", "date"),
-                    ],
+                    "additionalPrinterColumns": _printer_columns(),
                     "schema": {
                         "openAPIV3Schema": {
                             "type": "object",

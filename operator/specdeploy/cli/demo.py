@@ -43,6 +43,38 @@ def _say(message: str) -> None:
     print(f"==> {message}", flush=True)
 
 
+class _Kubectl:
+    """The pinned kubectl against the sandbox; a failing command ends the demo with its message."""
+
+    def __init__(self, binary: Path, kubeconfig: Path) -> None:
+        self.argv = [str(binary), f"--kubeconfig={kubeconfig}"]
+
+    def __call__(self, *argv: str, check: bool = True) -> str:
+        proc = subprocess.run([*self.argv, *argv], capture_output=True, text=True, check=False)
+        if check and proc.returncode != 0:
+            raise SystemExit(f"error: kubectl {' '.join(argv)}: {proc.stderr.strip()}")
+        return proc.stdout
+
+
+def _install_crd(k: _Kubectl, crd_file: Path) -> bool:
+    """Apply the generated CRD and wait until the apiserver serves it."""
+    from specdeploy.api.crd import render_yaml
+
+    crd_file.write_text(render_yaml())
+    k("apply", "--server-side", "--force-conflicts", "-f", str(crd_file))
+    established = "jsonpath={.status.conditions[?(@.type=='Established')].status}"
+    return _poll(lambda: k("get", "crd", CRD_NAME, "-o", established, check=False).strip() == "True", 60)
+
+
+def _show(k: _Kubectl, namespace: str, name: str) -> None:
+    """The resource, its Deployment, pods and Service, and the engine command it renders."""
+    print(k("get", "-n", namespace, "sdep", name, "-o", "wide"), end="")
+    selector = f"app.kubernetes.io/instance={name}"
+    print(k("get", "-n", namespace, "deploy,pods,svc", "-o", "wide", "-l", selector), end="")
+    status = json.loads(k("get", "-n", namespace, "sdep", name, "-o", "json")).get("status", {})
+    _say(f"engine command: {shlex.join(status.get('command', []))}")
+
+
 def run(args: argparse.Namespace) -> int:
     from specdeploy.sandbox import operator_process
     from specdeploy.sandbox.binaries import BuildError, ensure_kubectl
@@ -61,22 +93,9 @@ def run(args: argparse.Namespace) -> int:
     _say(
         ("reused" if up.already_running else "started") + f" in {up.seconds:.1f}s; kubeconfig {up.kubeconfig}"
     )
-    kubectl = [str(ensure_kubectl()), f"--kubeconfig={up.kubeconfig}"]
-
-    def k(*argv: str, check: bool = True) -> str:
-        proc = subprocess.run([*kubectl, *argv], capture_output=True, text=True, check=False)
-        if check and proc.returncode != 0:
-            raise SystemExit(f"error: kubectl {' '.join(argv)}: {proc.stderr.strip()}")
-        return proc.stdout
-
+    k = _Kubectl(ensure_kubectl(), up.kubeconfig)
     _say("installing the SpeculativeDeployment CRD")
-    from specdeploy.api.crd import render_yaml
-
-    crd_file = sandbox.dir / "crd.yaml"
-    crd_file.write_text(render_yaml())
-    k("apply", "--server-side", "--force-conflicts", "-f", str(crd_file))
-    established = "jsonpath={.status.conditions[?(@.type=='Established')].status}"
-    if not _poll(lambda: k("get", "crd", CRD_NAME, "-o", established, check=False).strip() == "True", 60):
+    if not _install_crd(k, sandbox.dir / "crd.yaml"):
         print("error: the CRD did not become Established within 60s", file=sys.stderr)
         return 1
     pid = operator_process.ensure_running(sandbox)
@@ -87,27 +106,11 @@ def run(args: argparse.Namespace) -> int:
     _say(f"waiting for {name} to become Ready")
     ready_status = "jsonpath={.status.conditions[?(@.type=='Ready')].status}"
     ready = _poll(
-        lambda: (
-            k("get", "-n", args.namespace, "sdep", name, "-o", ready_status, check=False).strip() == "True"
-        ),
+        lambda: k("get", "-n", args.namespace, "sdep", name, "-o", ready_status, check=False).strip()
+        == "True",
         READY_TIMEOUT_S,
     )
-    print(k("get", "-n", args.namespace, "sdep", name, "-o", "wide"), end="")
-    print(
-        k(
-            "get",
-            "-n",
-            args.namespace,
-            "deploy,pods,svc",
-            "-o",
-            "wide",
-            "-l",
-            f"app.kubernetes.io/instance={name}",
-        ),
-        end="",
-    )
-    status = json.loads(k("get", "-n", args.namespace, "sdep", name, "-o", "json")).get("status", {})
-    _say(f"engine command: {shlex.join(status.get('command', []))}")
+    _show(k, args.namespace, name)
     if not ready:
         conditions = k("get", "-n", args.namespace, "sdep", name, "-o", "jsonpath={.status.conditions}")
         print(

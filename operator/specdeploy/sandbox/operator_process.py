@@ -44,6 +44,44 @@ class LocalOperator:
             self.process.wait(timeout=STOP_TIMEOUT_S)
 
 
+def _argv(ports: tuple[int, int, int], webhook_dir: Path | None, extra_args: tuple[str, ...]) -> list[str]:
+    """``specdeploy run`` with probes, metrics and (optionally) the webhook on loopback."""
+    probe, metrics, webhook = ports
+    argv = [
+        sys.executable, "-m", "specdeploy", "run",
+        "--probe-address", "127.0.0.1",
+        "--probe-port", str(probe),
+        "--metrics-port", str(metrics),
+        *extra_args,
+    ]  # fmt: skip
+    if webhook_dir is not None:
+        argv += [
+            "--webhook-address", "127.0.0.1",
+            "--webhook-port", str(webhook),
+            "--webhook-host", "127.0.0.1",
+            "--webhook-configure",
+            "--webhook-cert-dir", str(webhook_dir),
+        ]  # fmt: skip
+    return argv
+
+
+def _wait_healthy(running: LocalOperator) -> LocalOperator:
+    """Return once /healthz answers 200; stop the process and raise if it exits or never answers."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if running.process.poll() is not None:
+            code = running.process.returncode
+            raise SandboxError(f"the operator exited with {code}:\n{running.log_tail()}")
+        try:
+            with urllib.request.urlopen(running.probe_url, timeout=2) as response:
+                if response.status == 200:
+                    return running
+        except OSError:
+            time.sleep(0.3)
+    running.stop()
+    raise SandboxError(f"the operator did not answer {running.probe_url} within {START_TIMEOUT_S:.0f}s")
+
+
 def start_operator(
     kubeconfig: Path,
     log: Path,
@@ -57,60 +95,25 @@ def start_operator(
     there) and writes the webhook configuration itself, as a sandbox needs.
     """
     probe, metrics, webhook = free_ports(3)
-    argv = [
-        sys.executable,
-        "-m",
-        "specdeploy",
-        "run",
-        "--probe-address",
-        "127.0.0.1",
-        "--probe-port",
-        str(probe),
-        "--metrics-port",
-        str(metrics),
-        *extra_args,
-    ]
-    if webhook_dir is not None:
-        argv += [
-            "--webhook-address",
-            "127.0.0.1",
-            "--webhook-port",
-            str(webhook),
-            "--webhook-host",
-            "127.0.0.1",
-            "--webhook-configure",
-            "--webhook-cert-dir",
-            str(webhook_dir),
-        ]
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         process = subprocess.Popen(
-            argv,
+            _argv((probe, metrics, webhook), webhook_dir, extra_args),
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env={**os.environ, "KUBECONFIG": str(kubeconfig)},
             start_new_session=detach,
         )
-    running = LocalOperator(
-        process,
-        (probe, metrics, webhook),
-        f"http://127.0.0.1:{probe}/healthz",
-        f"http://127.0.0.1:{metrics}/metrics",
-        log,
+    return _wait_healthy(
+        LocalOperator(
+            process,
+            (probe, metrics, webhook),
+            f"http://127.0.0.1:{probe}/healthz",
+            f"http://127.0.0.1:{metrics}/metrics",
+            log,
+        )
     )
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SandboxError(f"the operator exited with {process.returncode}:\n{running.log_tail()}")
-        try:
-            with urllib.request.urlopen(running.probe_url, timeout=2) as response:
-                if response.status == 200:
-                    return running
-        except OSError:
-            time.sleep(0.3)
-    running.stop()
-    raise SandboxError(f"the operator did not answer {running.probe_url} within {START_TIMEOUT_S:.0f}s")
 
 
 def log_path(sandbox: Sandbox) -> Path:
