@@ -163,18 +163,9 @@ async def on_resource(
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
-async def on_deployment(
-    namespace: str | None, labels: kopf.Labels, memo: OperatorMemo, **kwargs: Any
-) -> None:
-    owner = labels.get(children.INSTANCE_LABEL)
-    if owner:
-        await memo.running().submit((namespace, owner), _view(kwargs))
-
-
 @kopf.on.event("v1", "services", labels=MANAGED)
-async def on_service(
-    namespace: str | None, labels: kopf.Labels, memo: OperatorMemo, **kwargs: Any
-) -> None:
+async def on_child(namespace: str | None, labels: kopf.Labels, memo: OperatorMemo, **kwargs: Any) -> None:
+    """A child changed (or was deleted): reconcile its owner, which repairs drift."""
     owner = labels.get(children.INSTANCE_LABEL)
     if owner:
         await memo.running().submit((namespace, owner), _view(kwargs))

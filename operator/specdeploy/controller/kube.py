@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client, config
@@ -63,21 +64,21 @@ class KubeClient:
 
     def read_configmap(self, namespace: str, name: str) -> dict[str, str] | None:
         """Data of a ConfigMap, or None when it does not exist."""
-        try:
-            cm = self.core.read_namespaced_config_map(name, namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return dict(cm.data or {})
+        cm = _unless_missing(self.core.read_namespaced_config_map, name, namespace)
+        return None if cm is None else dict(cm.data or {})
 
     def read_secret(self, namespace: str, name: str, key: str) -> str | None:
         """One key of a Secret, decoded; None when the Secret or the key is missing."""
-        try:
-            secret = self.core.read_namespaced_secret(name, namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        value = (secret.data or {}).get(key)
+        secret = _unless_missing(self.core.read_namespaced_secret, name, namespace)
+        value = None if secret is None else (secret.data or {}).get(key)
         return base64.b64decode(value).decode() if value else None
+
+
+def _unless_missing(read: Callable[[str, str], Any], name: str, namespace: str) -> Any:
+    """The object ``read`` returns, or None on 404 (other API errors propagate)."""
+    try:
+        return read(name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
