@@ -105,7 +105,7 @@ class Reconciler:
         await self.queue.submit(key)
 
     def forget(self, key: Key) -> None:
-        """A resource is gone: drop its lock, retry and remembered writes."""
+        """A resource is gone: drop its pending retry and remembered writes."""
         self.queue.forget(key)
         self.ledger.forget(key)
 

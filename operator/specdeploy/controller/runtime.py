@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 Key = tuple[str | None, str]
@@ -44,6 +44,20 @@ class _Retry:
     timer: Timer | None = None
 
 
+@dataclass
+class _Slot:
+    """One key's serialisation, held only while passes for it run or wait.
+
+    Dropped when its last user leaves, never while in use: a deletion during a pass cannot let a
+    new event take a fresh lock and run beside it. ``forgotten`` tells the running pass that the
+    resource was deleted meanwhile, so its failure arms no retry.
+    """
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
+    forgotten: bool = False
+
+
 class WorkQueue:
     """Runs ``reconcile(key)`` one pass at a time per key, coalescing bursts, retrying failures.
 
@@ -70,7 +84,7 @@ class WorkQueue:
         self._on_done = on_done
         self.retry_min = retry_min
         self.retry_max = retry_max
-        self._locks: dict[Key, asyncio.Lock] = {}
+        self._slots: dict[Key, _Slot] = {}
         self._waiting: set[Key] = set()
         self._retries: dict[Key, _Retry] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -80,28 +94,33 @@ class WorkQueue:
         if key in self._waiting:
             return
         self._waiting.add(key)
-        lock = self._locks.setdefault(key, asyncio.Lock())
-        async with lock:
-            self._waiting.discard(key)
-            started = self._clock()
+        slot = self._slots.setdefault(key, _Slot())
+        slot.users += 1
+        try:
             try:
-                outcome: Outcome | None = await self._reconcile(key)
-            except Exception as exc:
-                # The loop's boundary, as in any controller: an API error, a conflict or a bug in
-                # one resource must not stop the others; it is retried with backoff instead.
-                log.error("reconcile of %s/%s failed, will retry: %s", *key, exc)
-                outcome = "error"
-            if outcome in ("retry", "error"):
-                self._schedule_retry(key)
-            else:
-                self._cancel_retry(key)
+                await slot.lock.acquire()
+            finally:
+                # Acquired, or cancelled while waiting: later events must not fold into this
+                # submit any more (a cancelled waiter would otherwise swallow them for good).
+                self._waiting.discard(key)
+            try:
+                started = self._clock()
+                outcome = await self._pass(key, slot)
+            finally:
+                slot.lock.release()
+        finally:
+            slot.users -= 1
+            if not slot.users:
+                del self._slots[key]
         if outcome is not None:
             self._on_done(outcome, self._clock() - started)
 
     def forget(self, key: Key) -> None:
-        """Drop the lock and any pending retry of a deleted resource."""
+        """Drop any pending retry of a deleted resource; a pass running for it arms none."""
         self._cancel_retry(key)
-        self._locks.pop(key, None)
+        slot = self._slots.get(key)
+        if slot is not None:
+            slot.forgotten = True
 
     def retry_delay(self, key: Key) -> float | None:
         """The backoff of a pending retry (None when none is pending)."""
@@ -109,8 +128,24 @@ class WorkQueue:
         return retry.delay if retry is not None and retry.timer is not None else None
 
     def __len__(self) -> int:
-        """Keys holding state (a lock or a retry): bounded by the live resources."""
-        return len(self._locks.keys() | self._retries.keys())
+        """Keys holding state (a pass running or waiting, or a retry): bounded by the live resources."""
+        return len(self._slots.keys() | self._retries.keys())
+
+    async def _pass(self, key: Key, slot: _Slot) -> Outcome | None:
+        """One pass under the key's lock; its outcome arms or cancels the key's retry."""
+        slot.forgotten = False
+        try:
+            outcome: Outcome | None = await self._reconcile(key)
+        except Exception as exc:
+            # The loop's boundary, as in any controller: an API error, a conflict or a bug in
+            # one resource must not stop the others; it is retried with backoff instead.
+            log.error("reconcile of %s/%s failed, will retry: %s", *key, exc)
+            outcome = "error"
+        if outcome not in ("retry", "error"):
+            self._cancel_retry(key)
+        elif not slot.forgotten:
+            self._schedule_retry(key)
+        return outcome
 
     def _schedule_retry(self, key: Key) -> None:
         retry = self._retries.get(key)
@@ -156,6 +191,8 @@ class WriteLedger:
             return False
         if remembered[1] != cached_version:
             del writes[kind]
+            if not writes:
+                del self._written[key]
             return False
         return remembered[0] == fingerprint
 
