@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test unit crd clean
+.PHONY: demo test unit packaging lock crd clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,17 @@ test: $(STAMP)
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests/unit
+
+packaging: $(STAMP)
+	$(VENV)/bin/pytest -q -p no:cacheprovider tests/packaging
+
+# The operator image's pinned runtime closure, resolved for the image's interpreter (the
+# Dockerfile's python:3.11 on Linux) whatever Python runs uv. Pins already in the file are kept
+# unless pyproject.toml needs others; `make lock LOCK_FLAGS=--upgrade` moves them all to the newest.
+LOCK := requirements/operator.lock
+lock: $(STAMP)
+	$(VENV)/bin/uv pip compile --quiet --python-version 3.11 --python-platform linux \
+		--custom-compile-command 'make lock' $(LOCK_FLAGS) --output-file $(LOCK) pyproject.toml
 
 crd: $(STAMP)
 	$(VENV)/bin/specdeploy crd -o crds/specdeploy.io_speculativedeployments.yaml

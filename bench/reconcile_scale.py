@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from specdeploy import api
 from specdeploy.sandbox import nodes
@@ -32,6 +34,11 @@ REPO = Path(__file__).resolve().parents[1]
 CRD = REPO / "crds" / "specdeploy.io_speculativedeployments.yaml"
 NAMESPACE = "bench"
 GPUS_PER_NODE = 8
+# How long the write counter must stay flat before the operator counts as settled.
+SETTLE_QUIET_S = 10.0
+RESTART_QUIET_S = 5.0
+# A measurement window (idle CPU and writes), not a wait for something to happen.
+IDLE_WINDOW_S = 30.0
 
 
 def resource(index: int) -> dict[str, Any]:
@@ -47,23 +54,29 @@ def resource(index: int) -> dict[str, Any]:
     }
 
 
-def metric_sums(url: str) -> dict[str, float]:
+def scrape(url: str) -> list[Sample]:
+    """Every sample of the operator's /metrics, parsed by prometheus_client."""
     with urllib.request.urlopen(url, timeout=10) as response:
         text = response.read().decode()
-    sums: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("specdeploy_") and not line.startswith("#"):
-            name_labels, value = line.rsplit(" ", 1)
-            sums[name_labels] = float(value)
-    return sums
+    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
 
 
-def writes(sums: dict[str, float]) -> float:
-    return sum(v for k, v in sums.items() if k.startswith("specdeploy_writes_total{"))
+def by_label(samples: list[Sample], name: str, label: str) -> dict[str, float]:
+    """The values of the samples called ``name``, keyed by their ``label``."""
+    return {sample.labels[label]: sample.value for sample in samples if sample.name == name}
 
 
-def reconciles(sums: dict[str, float]) -> float:
-    return sum(v for k, v in sums.items() if k.startswith("specdeploy_reconciles_total{"))
+def value(samples: list[Sample], name: str) -> float:
+    """The value of the one unlabelled sample called ``name``."""
+    return next(sample.value for sample in samples if sample.name == name)
+
+
+def writes(samples: list[Sample]) -> float:
+    return sum(by_label(samples, "specdeploy_writes_total", "kind").values())
+
+
+def reconciles(samples: list[Sample]) -> float:
+    return sum(by_label(samples, "specdeploy_reconciles_total", "outcome").values())
 
 
 def proc_usage(pid: int) -> tuple[float, float]:
@@ -92,6 +105,21 @@ def wait(what: str, predicate: Any, timeout: float, interval: float = 1.0) -> fl
             return time.monotonic() - started
         time.sleep(interval)
     raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def settle(url: str, quiet: float, timeout: float) -> tuple[float, float]:
+    """Wait until the write counter has been flat for ``quiet`` s: (seconds before it went flat, writes)."""
+    started = time.monotonic()
+    last = writes(scrape(url))
+    flat_since = time.monotonic()
+    while time.monotonic() - flat_since < quiet:
+        if time.monotonic() - started > timeout:
+            raise SystemExit(f"timed out after {timeout:.0f}s waiting for the operator's writes to stop")
+        time.sleep(1.0)
+        now = writes(scrape(url))
+        if now != last:
+            last, flat_since = now, time.monotonic()
+    return flat_since - started, last
 
 
 def run(kubeconfig: Path, count: int, workdir: Path, timeout: float) -> dict[str, Any]:
@@ -133,42 +161,31 @@ def run(kubeconfig: Path, count: int, workdir: Path, timeout: float) -> dict[str
             1,
         )
         cpu, rss = proc_usage(operator.process.pid)
-        sums = metric_sums(operator.metrics_url)
+        samples = scrape(operator.metrics_url)
         results["operator_cpu_seconds_to_ready"] = round(cpu - base_cpu, 1)
         results["operator_rss_mib_at_ready"] = round(rss, 1)
-        results["writes_per_resource_to_ready"] = round(writes(sums) / count, 2)
-        results["reconciles_per_resource_to_ready"] = round(reconciles(sums) / count, 2)
+        results["writes_per_resource_to_ready"] = round(writes(samples) / count, 2)
+        results["reconciles_per_resource_to_ready"] = round(reconciles(samples) / count, 2)
         results["mean_reconcile_ms"] = round(
             1000
-            * sums["specdeploy_reconcile_duration_seconds_sum"]
-            / sums["specdeploy_reconcile_duration_seconds_count"],
+            * value(samples, "specdeploy_reconcile_duration_seconds_sum")
+            / value(samples, "specdeploy_reconcile_duration_seconds_count"),
             2,
         )
 
         # Ready can precede the last rollout transitions (Progressing=False) under load: wait
-        # until the write counter has been flat for 10 s before measuring the idle window.
-        settle_started = time.monotonic()
-        last = writes(metric_sums(operator.metrics_url))
-        flat_since = time.monotonic()
-        while time.monotonic() - flat_since < 10 and time.monotonic() - settle_started < timeout:
-            time.sleep(1.0)
-            now = writes(metric_sums(operator.metrics_url))
-            if now != last:
-                last, flat_since = now, time.monotonic()
-        results["settle_after_ready_seconds"] = round(time.monotonic() - settle_started - 10, 1)
-        results["writes_per_resource_settled"] = round(last / count, 2)
-        sums = metric_sums(operator.metrics_url)
+        # until the write counter has been flat before measuring the idle window.
+        settle_seconds, settled_writes = settle(operator.metrics_url, SETTLE_QUIET_S, timeout)
+        results["settle_after_ready_seconds"] = round(settle_seconds, 1)
+        results["writes_per_resource_settled"] = round(settled_writes / count, 2)
+        samples = scrape(operator.metrics_url)
         cpu, _ = proc_usage(operator.process.pid)
-        time.sleep(30)
-        idle_sums = metric_sums(operator.metrics_url)
+        time.sleep(IDLE_WINDOW_S)
+        idle = scrape(operator.metrics_url)
         cpu_idle, _ = proc_usage(operator.process.pid)
-        results["idle_30s_writes"] = writes(idle_sums) - writes(sums)
-        results["reconciles_by_outcome"] = {
-            k.split('"')[1]: v for k, v in idle_sums.items() if k.startswith("specdeploy_reconciles_total{")
-        }
-        results["writes_by_kind"] = {
-            k.split('"')[1]: v for k, v in idle_sums.items() if k.startswith("specdeploy_writes_total{")
-        }
+        results["idle_30s_writes"] = writes(idle) - writes(samples)
+        results["reconciles_by_outcome"] = by_label(idle, "specdeploy_reconciles_total", "outcome")
+        results["writes_by_kind"] = by_label(idle, "specdeploy_writes_total", "kind")
         results["idle_30s_cpu_seconds"] = round(cpu_idle - cpu, 2)
     finally:
         operator.stop()
@@ -178,12 +195,12 @@ def run(kubeconfig: Path, count: int, workdir: Path, timeout: float) -> dict[str
         started = time.monotonic()
         wait(
             "the restarted operator to resync every resource",
-            lambda: reconciles(metric_sums(restarted.metrics_url)) >= count,
+            lambda: reconciles(scrape(restarted.metrics_url)) >= count,
             timeout,
         )
         results["restart_resync_seconds"] = round(time.monotonic() - started, 1)
-        time.sleep(5)
-        results["restart_writes"] = writes(metric_sums(restarted.metrics_url))
+        # Resyncs still in flight may write: count once the write counter has stopped moving.
+        _, results["restart_writes"] = settle(restarted.metrics_url, RESTART_QUIET_S, timeout)
     finally:
         restarted.stop()
     return results

@@ -1,4 +1,4 @@
-"""Shared fixtures: one sandbox per test session, a namespace per test, kubectl and wait_for.
+"""Shared fixtures: one sandbox per test session, a namespace per test, kubectl, helm and wait_for.
 
 Set SPECDEPLOY_TEST_KUBECONFIG to run the cluster suites against an already running cluster
 (e.g. `specdeploy sandbox up` in another terminal) instead of starting a sandbox per session.
@@ -39,6 +39,14 @@ def kubectl_binary() -> str:
     from specdeploy.sandbox.binaries import ensure_kubectl
 
     return str(ensure_kubectl())
+
+
+@pytest.fixture(scope="session")
+def helm_binary() -> str:
+    """helm at the pinned version (built once, cached): the packaging and integration suites use it."""
+    from specdeploy.sandbox.binaries import ensure_helm
+
+    return str(ensure_helm())
 
 
 @pytest.fixture(scope="session")

@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
-from specdeploy import api, children, pairing, planning
+from specdeploy import api, children, engines, pairing, planning
 from specdeploy.api import Condition
-from specdeploy.engines import engine_for
 from specdeploy.modelinfo import ModelResolver, ModelUnavailable
 
 ConfigMapReader = Callable[[str, str], dict[str, str] | None]
@@ -27,8 +26,8 @@ SecretReader = Callable[[str, str, str], str | None]
 class Desired:
     """What one reconcile wants: children to apply (unless blocked) and the status fields it decides.
 
-    ``status`` holds only the fields the pipeline sets (exclude_unset when dumping); the rollout
-    counts and conditions are added by the controller from what it observes.
+    ``status`` holds only the fields the pipeline sets (exclude_unset when dumping);
+    ``controller.status`` adds the rollout counts and lifecycle conditions it observes.
     """
 
     blocked: bool
@@ -41,21 +40,36 @@ class Desired:
     retry: bool = False
 
 
-def _blocked(
-    reason: str, message: str, conds: list[Condition], fields: dict[str, Any], retry: bool = False
-) -> Desired:
-    return Desired(
-        blocked=True,
-        conditions=conds,
-        reason=reason,
-        message=message,
-        status=api.SpeculativeDeploymentStatus(**fields),
-        retry=retry,
-    )
+class _Blocked(Exception):
+    """A stage stopped the pipeline; ``desired`` is what the resource gets instead of children."""
+
+    def __init__(self, desired: Desired) -> None:
+        super().__init__(desired.message)
+        self.desired = desired
 
 
-def _cond(type_: str, status: api.ConditionStatus, reason: str, message: str) -> Condition:
-    return Condition(type=type_, status=status, reason=reason, message=message)
+@dataclass
+class _Progress:
+    """The status fields and conditions the stages have decided so far."""
+
+    fields: dict[str, Any] = field(default_factory=dict)
+    conditions: list[Condition] = field(default_factory=list)
+
+    def condition(self, type_: str, status: api.ConditionStatus, reason: str, message: str) -> None:
+        self.conditions.append(Condition(type=type_, status=status, reason=reason, message=message))
+
+    def block(self, reason: str, message: str, *, retry: bool = False) -> NoReturn:
+        """Stop here: no child is created or changed, and the reason lands in status."""
+        raise _Blocked(
+            Desired(
+                blocked=True,
+                conditions=list(self.conditions),
+                reason=reason,
+                message=message,
+                status=api.SpeculativeDeploymentStatus(**self.fields),
+                retry=retry,
+            )
+        )
 
 
 def compute(
@@ -71,71 +85,115 @@ def compute(
     token the resource names is used for the pairing check's downloads too.
     """
     meta = body.get("metadata", {})
-    name, namespace = meta.get("name", ""), meta.get("namespace", "default")
+    namespace = meta.get("namespace", "default")
+    progress = _Progress()
+    try:
+        spec = _parsed(body, progress)
+        resolved = _verified_pair(
+            spec,
+            resolver,
+            _overrides(spec, namespace, read_configmap),
+            _token(spec, namespace, read_secret),
+            progress,
+        )
+        effective = pairing.effective_spec(spec, resolved)
+        _check_engine_rules(effective, progress)
+        plan = _planned(effective, resolved, inventory, progress)
+        effective = _with_plan(effective, plan)
+        _check_engine_rules(effective, progress)
+    except _Blocked as blocked:
+        return blocked.desired
+    return _with_children(body, effective, plan, progress)
+
+
+def _parsed(body: dict[str, Any], progress: _Progress) -> api.SpeculativeDeploymentSpec:
     try:
         spec = api.SpeculativeDeploymentSpec.model_validate(body.get("spec") or {})
     except ValidationError as exc:
-        return _blocked("InvalidSpec", api.validation_problems(exc), [], {})
-    fields: dict[str, Any] = {"engine": spec.engine.name}
-    overrides = _overrides(spec, namespace, read_configmap)
+        progress.block("InvalidSpec", api.validation_problems(exc))
+    progress.fields["engine"] = spec.engine.name
+    return spec
+
+
+def _verified_pair(
+    spec: api.SpeculativeDeploymentSpec,
+    resolver: ModelResolver,
+    overrides: dict[str, dict[str, Any]],
+    token: str | None,
+    progress: _Progress,
+) -> pairing.ResolvedPair:
+    """The pair the spec means, checked; an unreachable model is retried, a mismatch is not."""
     try:
-        resolved = pairing.resolve_pair(
-            spec, resolver, overrides=overrides, token=_token(spec, namespace, read_secret)
-        )
+        resolved = pairing.resolve_pair(spec, resolver, overrides=overrides, token=token)
     except ModelUnavailable as exc:
-        cond = _cond(api.PAIRING_VERIFIED, "Unknown", exc.reason, str(exc))
-        return _blocked(exc.reason, str(exc), [cond], fields, retry=True)
+        progress.condition(api.PAIRING_VERIFIED, "Unknown", exc.reason, str(exc))
+        progress.block(exc.reason, str(exc), retry=True)
     except pairing.PairingError as exc:
-        cond = _cond(api.PAIRING_VERIFIED, "False", exc.reason, str(exc))
-        return _blocked(exc.reason, str(exc), [cond], fields)
-    fields.update(verifier=resolved.verifier_id, speculator=resolved.speculator_id)
+        progress.condition(api.PAIRING_VERIFIED, "False", exc.reason, str(exc))
+        progress.block(exc.reason, str(exc))
+    progress.fields.update(verifier=resolved.verifier_id, speculator=resolved.speculator_id)
     report = pairing.check_resolved(spec, resolved)
-    fields["pairing"] = report.to_status()
-    pairing_cond = _cond(api.PAIRING_VERIFIED, report.verified, report.reason, report.message)
+    progress.fields["pairing"] = report.to_status()
+    progress.condition(api.PAIRING_VERIFIED, report.verified, report.reason, report.message)
     if report.verified == "False":
-        return _blocked("PairingFailed", report.message, [pairing_cond], fields)
-    effective = pairing.effective_spec(spec, resolved)
-    engine = engine_for(effective.engine.name)
-    errors = engine.validate(effective)
+        progress.block("PairingFailed", report.message)
+    return resolved
+
+
+def _check_engine_rules(spec: api.SpeculativeDeploymentSpec, progress: _Progress) -> None:
+    errors = engines.validate(spec)
     if errors:
-        message = "; ".join(map(str, errors))
-        return _blocked("InvalidEngineConfig", message, [pairing_cond], fields)
-    outcome = planning.plan(effective, resolved.verifier, resolved.speculator, inventory)
+        progress.block("InvalidEngineConfig", "; ".join(map(str, errors)))
+
+
+def _planned(
+    spec: api.SpeculativeDeploymentSpec,
+    resolved: pairing.ResolvedPair,
+    inventory: planning.Inventory,
+    progress: _Progress,
+) -> api.Plan:
+    outcome = planning.plan(spec, resolved.verifier, resolved.speculator, inventory)
     if outcome.plan is not None:
-        fields["plan"] = outcome.plan
+        progress.fields["plan"] = outcome.plan
     if not outcome.fits or outcome.plan is None:
-        sched = _cond(api.SCHEDULABLE, "False", outcome.reason, outcome.message)
-        return _blocked(outcome.reason, outcome.message, [pairing_cond, sched], fields)
-    plan = outcome.plan
-    sched = _cond(api.SCHEDULABLE, "True", outcome.reason, plan.reason)
-    # The engine gets the context length the KV cache was planned for, not the model's maximum.
-    effective = effective.model_copy(
+        progress.condition(api.SCHEDULABLE, "False", outcome.reason, outcome.message)
+        progress.block(outcome.reason, outcome.message)
+    progress.condition(api.SCHEDULABLE, "True", outcome.reason, outcome.plan.reason)
+    return outcome.plan
+
+
+def _with_plan(spec: api.SpeculativeDeploymentSpec, plan: api.Plan) -> api.SpeculativeDeploymentSpec:
+    """The planned TP, and the context length the KV cache was planned for (not the model's maximum)."""
+    return spec.model_copy(
         update={
-            "parallelism": effective.parallelism.model_copy(update={"tensor": plan.tensor_parallel_size}),
-            "max_model_len": effective.max_model_len or plan.max_model_len,
+            "parallelism": spec.parallelism.model_copy(update={"tensor": plan.tensor_parallel_size}),
+            "max_model_len": spec.max_model_len or plan.max_model_len,
         }
     )
-    errors = engine.validate(effective)
-    if errors:
-        return _blocked("InvalidEngineConfig", "; ".join(map(str, errors)), [pairing_cond, sched], fields)
-    launch = engine.render(effective)
+
+
+def _with_children(
+    body: dict[str, Any], spec: api.SpeculativeDeploymentSpec, plan: api.Plan, progress: _Progress
+) -> Desired:
+    """The Deployment and Service of the effective spec, and the status fields they settle."""
+    meta = body.get("metadata", {})
+    name, namespace = meta.get("name", ""), meta.get("namespace", "default")
+    launch = engines.render(spec)
     owner = body if meta.get("uid") else None
-    deployment = children.build_deployment(
-        name, namespace, effective, launch, planning.placement(plan), owner=owner
-    )
-    service = children.build_service(name, namespace, effective, launch, owner=owner)
-    fields.update(
+    progress.fields.update(
         tensor_parallel_size=plan.tensor_parallel_size,
         command=launch.command,
-        endpoint=children.endpoint(name, namespace, effective, launch),
+        endpoint=children.endpoint(name, namespace, spec, launch),
         selector=children.selector_string(name),
     )
     return Desired(
         blocked=False,
-        deployment=deployment,
-        service=service,
-        status=api.SpeculativeDeploymentStatus(**fields),
-        conditions=[pairing_cond, sched],
+        deployment=children.build_deployment(
+            name, namespace, spec, launch, planning.placement(plan), owner=owner
+        ),
+        service=children.build_service(name, namespace, spec, launch, owner=owner),
+        status=api.SpeculativeDeploymentStatus(**progress.fields),
+        conditions=progress.conditions,
     )
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_venvs import InstallError, ensure_venv
 
+from engine_venvs import InstallError, ensure_venv
 from specdeploy import engines
 
 HELPER = Path(__file__).with_name("parse_argv.py")

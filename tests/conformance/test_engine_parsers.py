@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from engine_venvs import install_timeout
 
+from engine_venvs import install_timeout
 from specdeploy import api, engines
 from specdeploy.engines import sglang, vllm
 from specdeploy.engines.base import OwnedFlag

@@ -40,11 +40,3 @@ def operator(
     finally:
         running.stop()
         print(f"\n--- operator log (tail) ---\n{running.log_tail()}")
-
-
-@pytest.fixture(scope="session")
-def helm_binary() -> str:
-    """helm at the pinned version (built once, cached), like kubectl_binary."""
-    from specdeploy.sandbox.binaries import ensure_helm
-
-    return str(ensure_helm())

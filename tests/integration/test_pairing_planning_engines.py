@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 import yaml
-from test_reconciler import EXAMPLE, apply, condition, container, get, ready
 
 from clusterlib import Cluster, Kubectl, WaitFor
+from sdeplib import EXAMPLE, apply, condition, container, get, ready
 
 pytestmark = pytest.mark.usefixtures("operator")
 

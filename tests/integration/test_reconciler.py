@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from clusterlib import Cluster, Kubectl, WaitFor
+from sdeplib import EXAMPLE, apply, condition, container, get, ready
 from specdeploy.sandbox.operator_process import LocalOperator
 
 pytestmark = pytest.mark.usefixtures("operator")
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "manifests" / "examples" / "qwen3-30b-a3b-instruct-2507-eagle3.yaml"
 SEED_SPECULATIVE_CONFIG = {
     "model": "RedHatAI/Qwen3-30B-A3B-Instruct-2507-speculator.eagle3",
     "num_speculative_tokens": 3,
@@ -32,34 +32,6 @@ def example(**spec_changes: Any) -> dict[str, Any]:
     body: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
     body["spec"].update(spec_changes)
     return body
-
-
-def apply(kubectl: Kubectl, namespace: str, body: dict[str, Any]) -> None:
-    kubectl("apply", "-f", "-", input=json.dumps(body), namespace=namespace)
-
-
-def get(kubectl: Kubectl, namespace: str, *what: str) -> dict[str, Any]:
-    result: dict[str, Any] = json.loads(kubectl("get", *what, "-o", "json", namespace=namespace))
-    return result
-
-
-def condition(body: dict[str, Any], type_: str) -> dict[str, Any] | None:
-    for cond in body.get("status", {}).get("conditions", []):
-        if cond["type"] == type_:
-            return dict(cond)
-    return None
-
-
-def ready(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any] | None:
-    body = get(kubectl, namespace, "sdep", name)
-    cond = condition(body, "Ready")
-    current = body["status"].get("observedGeneration") == body["metadata"]["generation"]
-    return body if cond and cond["status"] == "True" and current else None
-
-
-def container(deployment: dict[str, Any]) -> dict[str, Any]:
-    result: dict[str, Any] = deployment["spec"]["template"]["spec"]["containers"][0]
-    return result
 
 
 def speculative_config(command: list[str]) -> dict[str, Any]:
@@ -127,6 +99,7 @@ def test_update_rolls_out_and_observed_generation_follows(
     assert speculative_config(container(deployment)["command"])["num_speculative_tokens"] == 4
     pods = get(kubectl, namespace, "pods", "-l", "app.kubernetes.io/instance=qwen3-30b-a3b-eagle3")["items"]
     live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    assert live, "no live pod after the update"
     assert all(
         speculative_config(p["spec"]["containers"][0]["command"])["num_speculative_tokens"] == 4 for p in live
     )
@@ -286,11 +259,27 @@ def _operator_writes(audit_log: Path, namespace: str, since: int) -> list[dict[s
 
 
 def _reconciles(operator: LocalOperator, outcome: str = "") -> float:
-    """The operator's reconcile counter, for one outcome or all of them."""
+    """The operator's reconcile counter (from its /metrics), for one outcome or all of them."""
     with urllib.request.urlopen(operator.metrics_url, timeout=5) as response:
         text = response.read().decode()
-    prefix = f'specdeploy_reconciles_total{{outcome="{outcome}' if outcome else "specdeploy_reconciles_total{"
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
+    counts = [
+        (sample.labels["outcome"], sample.value)
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "specdeploy_reconciles_total"
+    ]
+    return sum(value for label, value in counts if not outcome or label == outcome)
+
+
+def _settled(kubectl: Kubectl, namespace: str, name: str) -> bool:
+    """The rollout is complete in the status and its transition's event is posted: the last writes
+    the operator makes for a new resource (the event follows the status patch)."""
+    body = ready(kubectl, namespace, name)
+    progressing = condition(body, "Progressing") if body else None
+    if not progressing or progressing["reason"] != "RolloutComplete":
+        return False
+    selector = f"involvedObject.kind=SpeculativeDeployment,involvedObject.name={name},reason=RolloutComplete"
+    return bool(get(kubectl, namespace, "events", "--field-selector", selector)["items"])
 
 
 def test_unchanged_resource_reconciles_with_zero_writes(
@@ -298,9 +287,11 @@ def test_unchanged_resource_reconciles_with_zero_writes(
 ) -> None:
     if cluster.audit_log is None:
         pytest.skip("needs the sandbox's audit log")
+    created = cluster.audit_log.stat().st_size
     apply(kubectl, namespace, example())
-    wait_for(lambda: ready(kubectl, namespace, "qwen3-30b-a3b-eagle3"), 90, "Ready")
-    time.sleep(3)  # let the last status write and child events settle
+    wait_for(lambda: _settled(kubectl, namespace, "qwen3-30b-a3b-eagle3"), 90, "the rollout to complete")
+    # The filter below sees the writes that made the resource, so an empty result later means something.
+    assert _operator_writes(cluster.audit_log, namespace, created), "the audit log shows no operator write"
     mark = cluster.audit_log.stat().st_size
     before = _reconciles(operator)
     # Three events that each make the operator reconcile an unchanged resource: a label on the
@@ -309,11 +300,11 @@ def test_unchanged_resource_reconciles_with_zero_writes(
     # (if brief) rollout for the deployment controller.
     for kind in ("sdep", "deployment", "service"):
         kubectl("label", kind, "qwen3-30b-a3b-eagle3", "touched=1", namespace=namespace)
-    time.sleep(5)
+    # The operator sees those events: it reconciles at least once per event. A reconcile is
+    # counted after its writes returned, so every write it made is in the audit log by then.
+    wait_for(lambda: _reconciles(operator) - before >= 3, 30, "a reconcile per touched object")
     writes = _operator_writes(cluster.audit_log, namespace, mark)
     assert writes == [], [(w["verb"], w["objectRef"]) for w in writes]
-    # ...and the operator did see those events: it reconciled at least once per event.
-    assert _reconciles(operator) - before >= 3
 
 
 def test_a_rejected_write_is_retried_with_backoff(

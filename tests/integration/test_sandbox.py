@@ -262,7 +262,8 @@ def _pid_alive(pid: int) -> bool:
 
 def test_down_stops_every_process_and_frees_every_port(tmp_path: Path) -> None:
     """Drives the CLI like a user: up returns with the cluster still running, down cleans up."""
-    from specdeploy.sandbox.cluster import COMPONENTS, Sandbox, port_is_free
+    from specdeploy.sandbox.cluster import COMPONENTS, Sandbox
+    from specdeploy.sandbox.processes import port_is_free
 
     name = f"pytest-down-{os.getpid()}"
     nodes_file = tmp_path / "nodes.yaml"

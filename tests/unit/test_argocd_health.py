@@ -66,7 +66,7 @@ def live(name: str) -> dict[str, Any]:
         ("no-status", "Progressing", "report status"),
         ("generation-behind", "Progressing", "generation 2"),
         ("no-node-fits", "Degraded", "GPU"),
-        ("pairing-failed", "Degraded", ""),
+        ("pairing-failed", "Degraded", "was trained for Qwen/Qwen3-Coder-30B-A3B-Instruct"),
     ],
 )
 def test_live_statuses(fixture: str, expected: str, message_part: str) -> None:

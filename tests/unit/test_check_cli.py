@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from pairing_support import FIXTURES, write_tokenizer
 
+from pairing_support import FIXTURES, write_tokenizer
 from specdeploy.cli import main
 
 QWEN3_30B = "Qwen/Qwen3-30B-A3B-Instruct-2507"

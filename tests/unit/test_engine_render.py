@@ -208,7 +208,8 @@ def test_launch_metadata_per_engine() -> None:
     on_sglang = engines.render(spec_of(SEED_003))
     assert (on_vllm.image, on_vllm.port) == (f"vllm/vllm-openai:v{vllm.VERSION}", 8000)
     assert (on_sglang.image, on_sglang.port) == (f"lmsysorg/sglang:v{sglang.VERSION}", 30000)
-    assert on_vllm.metrics_path == on_sglang.metrics_path == "/metrics"
+    # SGLang serves Prometheus metrics only when launched with --enable-metrics (vLLM always does).
+    assert "--enable-metrics" in on_sglang.command
     for launch, ready, live in ((on_vllm, "/health", "/health"), (on_sglang, "/health_generate", "/health")):
         assert launch.startup_probe["httpGet"] == {"path": ready, "port": launch.port}
         assert launch.readiness_probe["httpGet"]["path"] == ready
@@ -234,7 +235,10 @@ def test_rendering_needs_an_effective_spec() -> None:
 
 
 def test_engine_registry() -> None:
-    assert engines.engine_for("vllm").name == "vllm"
-    assert engines.engine_for("sglang").default_image == sglang.DEFAULT_IMAGE
+    for name, raw in (("vllm", SEED_000), ("sglang", SEED_003)):
+        engine = engines.engine_for(name)
+        assert engine.name == name
+        # The default image is what a spec without engine.image runs.
+        assert engines.render(spec_of(raw)).image == engine.default_image
     with pytest.raises(ValueError, match="unknown engine 'trt'"):
         engines.engine_for("trt")

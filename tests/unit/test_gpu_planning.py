@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from planning_models import (
     LLAMA_33_70B,
     QWEN3_30B_A3B,
@@ -16,7 +17,6 @@ from planning_models import (
     redhat_qwen3_30b_speculator,
     sglang_coder_draft,
 )
-
 from specdeploy import api, planning
 from specdeploy.modelinfo import ModelInfo
 from specdeploy.planning import Reason

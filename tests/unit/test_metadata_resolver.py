@@ -1,21 +1,26 @@
 """ModelResolver: local directories, catalog, inline configs, caching, and the real
-huggingface_hub download path against a loopback server speaking the Hub's file protocol."""
+huggingface_hub download path against a loopback server speaking the Hub's file protocol
+(HEAD/GET on /resolve/, with the Range requests that read safetensors headers)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
+import re
 import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from pairing_support import write_tokenizer
 
+from pairing_support import write_tokenizer
 from specdeploy.modelinfo import ModelResolver, ModelUnavailable, RetryPolicy, info_from_config
 from specdeploy.pairing import check_pair
 
@@ -45,12 +50,52 @@ SPECULATOR_CONFIG = {
 }
 
 
+@dataclass(frozen=True)
+class Sparse:
+    """A file of ``size`` bytes: ``head`` then zeros, so a large shard costs no memory to serve."""
+
+    head: bytes
+    size: int
+
+    def read(self, start: int, stop: int) -> bytes:
+        stop = min(stop, self.size)
+        return self.head[start:stop] + b"\0" * max(0, stop - max(start, len(self.head)))
+
+
+ITEM_BYTES = {"U8": 1, "BF16": 2, "F32": 4}
+
+
+def safetensors_file(tensors: dict[str, tuple[str, list[int]]]) -> Sparse:
+    """A safetensors file (header length, JSON header, zeroed data) holding ``name: (dtype, shape)``."""
+    header: dict[str, object] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, (dtype, shape) in tensors.items():
+        size = ITEM_BYTES[dtype] * math.prod(shape)
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    head = struct.pack("<Q", len(raw)) + raw
+    return Sparse(head, len(head) + offset)
+
+
+SHARDS = {  # 100_000_000 + 23_456_789 bytes of tensor data: the index's total_size
+    "model-00001-of-00002.safetensors": safetensors_file({"model.layers.0.weight": ("BF16", [50_000_000])}),
+    "model-00002-of-00002.safetensors": safetensors_file({"lm_head.weight": ("U8", [23_456_789])}),
+}
+WEIGHT_MAP = {
+    "model.layers.0.weight": "model-00001-of-00002.safetensors",
+    "lm_head.weight": "model-00002-of-00002.safetensors",
+}
+
+
 class HubHandler(BaseHTTPRequestHandler):
-    """HEAD/GET /{repo}/resolve/{revision}/{filename}, with the headers huggingface_hub reads."""
+    """HEAD/GET /{repo}/resolve/{revision}/{filename}, with the headers huggingface_hub reads and
+    single-range GETs answered 206 as the Hub does."""
 
     protocol_version = "HTTP/1.1"
-    files: ClassVar[dict[tuple[str, str], bytes]] = {}
+    files: ClassVar[dict[tuple[str, str], bytes | Sparse]] = {}
     requests: ClassVar[list[tuple[str, str]]] = []
+    gets: ClassVar[list[tuple[str, str]]] = []  # (filename, Range header or "")
 
     def log_message(self, format: str, *args: object) -> None:
         return
@@ -68,17 +113,28 @@ class HubHandler(BaseHTTPRequestHandler):
         if revision not in ("main", COMMIT):
             self._error(404, "RevisionNotFound")
             return
-        body = self.files.get((repo, filename))
-        if body is None:
+        blob = self.files.get((repo, filename))
+        if blob is None:
             self._error(404, "EntryNotFound")
             return
-        self.send_response(200)
-        self.send_header("ETag", f'"{hashlib.sha256(body).hexdigest()}"')
+        blob = blob if isinstance(blob, Sparse) else Sparse(blob, len(blob))
+        start, stop = 0, blob.size
+        wanted = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+        if with_body:
+            self.gets.append((filename, wanted.group(0) if wanted else ""))
+        if wanted and with_body:
+            start = int(wanted.group(1))
+            stop = min(blob.size, int(wanted.group(2)) + 1) if wanted.group(2) else blob.size
+        self.send_response(206 if wanted and with_body else 200)
+        self.send_header("ETag", f'"{hashlib.sha256(blob.head).hexdigest()}-{blob.size}"')
         self.send_header("X-Repo-Commit", COMMIT)
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Accept-Ranges", "bytes")
+        if wanted and with_body:
+            self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{blob.size}")
+        self.send_header("Content-Length", str(stop - start))
         self.end_headers()
         if with_body:
-            self.wfile.write(body)
+            self.wfile.write(blob.read(start, stop))
 
     def _error(self, status: int, code: str) -> None:
         self.send_response(status)
@@ -95,20 +151,29 @@ class HubHandler(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def hub(tmp_path: Path) -> Iterator[str]:
+def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    from huggingface_hub import constants
+
+    # get_safetensors_metadata downloads the index into the default Hub cache: keep it in tmp_path.
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "default-hub-cache"))
     tok = write_tokenizer(tmp_path / "tok")
     HubHandler.files = {
         ("hub-org/tiny-verifier", "config.json"): json.dumps(VERIFIER_CONFIG).encode(),
         ("hub-org/tiny-verifier", "model.safetensors.index.json"): json.dumps(
-            {"metadata": {"total_size": 123456789}, "weight_map": {}}
+            {"metadata": {"total_size": 123456789}, "weight_map": WEIGHT_MAP}
         ).encode(),
+        **{("hub-org/tiny-verifier", name): shard for name, shard in SHARDS.items()},
         ("hub-org/tiny-verifier", "tokenizer.json"): (tok / "tokenizer.json").read_bytes(),
         ("hub-org/tiny-verifier", "tokenizer_config.json"): (tok / "tokenizer_config.json").read_bytes(),
         ("hub-org/tiny-speculator.eagle3", "config.json"): json.dumps(SPECULATOR_CONFIG).encode(),
-        ("hub-org/tiny-speculator.eagle3", "model.safetensors"): b"\0" * 4096,
+        ("hub-org/tiny-speculator.eagle3", "model.safetensors"): safetensors_file(
+            {"fc.weight": ("F32", [16, 64])}
+        ),
+        ("hub-org/no-safetensors", "config.json"): json.dumps(VERIFIER_CONFIG).encode(),
         ("hub-org/broken", "config.json"): b"{not json",
     }
     HubHandler.requests = []
+    HubHandler.gets = []
     server = ThreadingHTTPServer(("127.0.0.1", 0), HubHandler)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
@@ -187,6 +252,26 @@ def test_offline_uses_the_local_hub_cache(hub: str, tmp_path: Path) -> None:
     assert caught.value.reason == "HubUnreachable"
 
 
+def test_weight_sizes_come_from_the_safetensors_headers_alone(hub: str, tmp_path: Path) -> None:
+    resolver = ModelResolver(cache_dir=tmp_path / "hf-cache", retry=FAST)
+    assert resolver.resolve("hub-org/tiny-verifier", endpoint=hub).weights_bytes == 123456789
+    assert resolver.resolve("hub-org/tiny-speculator.eagle3", endpoint=hub).weights_bytes == 4096
+    weight_gets = sorted((name, wanted) for name, wanted in HubHandler.gets if name.endswith(".safetensors"))
+    assert weight_gets == [(name, "bytes=0-100000") for name in [*sorted(SHARDS), "model.safetensors"]]
+    assert resolver.resolve("hub-org/no-safetensors", endpoint=hub).weights_bytes is None
+
+
+def test_offline_weight_size_comes_from_the_cached_index(hub: str, tmp_path: Path) -> None:
+    cache = tmp_path / "hf-cache"
+    ModelResolver(cache_dir=cache, retry=FAST).resolve("hub-org/tiny-verifier", endpoint=hub)
+    seen = len(HubHandler.requests)
+    offline = ModelResolver(cache_dir=cache, retry=FAST).resolve(
+        "hub-org/tiny-verifier", endpoint=hub, offline=True
+    )
+    assert offline.weights_bytes == 123456789
+    assert len(HubHandler.requests) == seen
+
+
 def _closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -209,7 +294,7 @@ def test_unreachable_hub_is_reported_after_bounded_retries(tmp_path: Path) -> No
 def test_unreachable_hub_falls_back_to_the_catalog_for_a_pinned_revision(tmp_path: Path) -> None:
     resolver = ModelResolver(cache_dir=tmp_path / "c", retry=FAST)
     found = resolver.resolve("Qwen/Qwen3-8B", "v1", endpoint=f"http://127.0.0.1:{_closed_port()}")
-    assert found.source == "catalog" and "Hub unreachable" in found.extra["note"]
+    assert found.source == "catalog" and "Hub unreachable" in (found.note or "")
 
 
 def test_default_retry_policy_stays_bounded() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pairing_support import BROKEN_TEMPLATE, PLAIN_TEMPLATE, fixture, write_tokenizer
 
+from pairing_support import BROKEN_TEMPLATE, PLAIN_TEMPLATE, fixture, write_tokenizer
 from specdeploy.modelinfo import ModelResolver, catalog
 from specdeploy.pairing import check_pair
 

@@ -109,7 +109,7 @@ def test_catalog_lookups() -> None:
         "RedHatAI/Qwen3-8B-speculator.eagle3",
     ):
         meta = catalog.model_info(model)
-        assert meta is not None and meta.extra["provenance"]
+        assert meta is not None and meta.provenance
     assert catalog.model_info("nobody/model") is None
 
 
@@ -133,7 +133,6 @@ def extended(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv(catalog.CATALOG_ENV, str(path))
     yield
     monkeypatch.delenv(catalog.CATALOG_ENV)
-    catalog.reload()
 
 
 @pytest.mark.usefixtures("extended")

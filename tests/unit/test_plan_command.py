@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 import yaml
-from planning_models import qwen3_30b_a3b, redhat_qwen3_30b_speculator
 
+from planning_models import qwen3_30b_a3b, redhat_qwen3_30b_speculator
 from specdeploy import api
 from specdeploy.cli import main
 

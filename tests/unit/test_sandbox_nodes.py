@@ -82,3 +82,23 @@ def test_unknown_gpu_product_needs_its_memory() -> None:
         nodes.gpu_node("x", "NVIDIA-Unknown", 2)
     spec = nodes.gpu_node("x", "NVIDIA-Unknown", 2, gpu_memory_mib=1000)
     assert spec.gpu == nodes.GpuSpec("NVIDIA-Unknown", 2, 1000)
+
+
+def test_every_problem_is_reported_with_its_path_in_the_file() -> None:
+    text = """
+nodeGroups:
+  - {name: ok}
+  - {name: bad, taint: "no", labels: {zone: true}, gpu: {product: X, count: 2.0, memoryMiB: 1, mig: 1}}
+"""
+    with pytest.raises(nodes.NodeFileError) as caught:
+        nodes.parse_node_groups(text)
+    message = str(caught.value)
+    for where in ("nodeGroups[1].taint", "nodeGroups[1].labels.zone", "nodeGroups[1].gpu.count"):
+        assert where in message
+    assert "nodeGroups[1].gpu: unknown fields ['mig']" in message
+    assert "nodeGroups[0]" not in message
+
+
+def test_numbers_are_accepted_where_the_file_takes_strings() -> None:
+    [spec] = nodes.parse_node_groups("nodeGroups: [{name: 7, cpu: 16, memory: 64, labels: {rack: 3}}]")
+    assert (spec.name, spec.cpu, spec.memory, spec.labels) == ("7-0", "16", "64", {"rack": "3"})

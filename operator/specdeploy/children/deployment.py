@@ -15,6 +15,8 @@ from specdeploy.engines import EngineLaunch
 from specdeploy.planning import Placement
 
 SHM_SIZE = "16Gi"
+CACHE_VOLUME = "model-cache"
+SHM_VOLUME = "dshm"
 TERMINATION_GRACE_SECONDS = 60
 
 
@@ -37,24 +39,28 @@ def _env(spec: api.SpeculativeDeploymentSpec, launch: EngineLaunch) -> list[dict
     return [*env, *launch.env]
 
 
-def _volumes(spec: api.SpeculativeDeploymentSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _volumes(spec: api.SpeculativeDeploymentSpec) -> list[dict[str, Any]]:
+    """The model cache (a claim, else an emptyDir) and a RAM-backed /dev/shm for NCCL and the
+    engine's worker processes (a container's default is 64 MiB)."""
     cache = spec.model_cache
     if cache.claim_name:
         cache_volume: dict[str, Any] = {
-            "name": "model-cache",
+            "name": CACHE_VOLUME,
             "persistentVolumeClaim": {"claimName": cache.claim_name},
         }
     else:
         empty_dir: dict[str, Any] = {}
         if cache.size_limit:
             empty_dir["sizeLimit"] = cache.size_limit
-        cache_volume = {"name": "model-cache", "emptyDir": empty_dir}
-    volumes = [cache_volume, {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}}]
-    mounts = [
-        {"name": "model-cache", "mountPath": cache.mount_path},
-        {"name": "dshm", "mountPath": "/dev/shm"},
+        cache_volume = {"name": CACHE_VOLUME, "emptyDir": empty_dir}
+    return [cache_volume, {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}}]
+
+
+def _mounts(spec: api.SpeculativeDeploymentSpec) -> list[dict[str, Any]]:
+    return [
+        {"name": CACHE_VOLUME, "mountPath": spec.model_cache.mount_path},
+        {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
     ]
-    return volumes, mounts
 
 
 def _resources(spec: api.SpeculativeDeploymentSpec, gpus: int) -> dict[str, Any]:
@@ -84,6 +90,53 @@ def _merge_affinity(
     return affinity
 
 
+def _container(spec: api.SpeculativeDeploymentSpec, launch: EngineLaunch, gpus: int) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": "engine",
+        "image": launch.image,
+        "imagePullPolicy": spec.engine.image_pull_policy,
+        "command": launch.command,
+        "ports": [{"name": "http", "containerPort": launch.port, "protocol": "TCP"}],
+        "resources": _resources(spec, gpus),
+        "volumeMounts": _mounts(spec),
+        "startupProbe": launch.startup_probe,
+        "readinessProbe": launch.readiness_probe,
+        "livenessProbe": launch.liveness_probe,
+    }
+    env = _env(spec, launch)
+    if env:
+        container["env"] = env
+    return container
+
+
+def _pod_spec(
+    spec: api.SpeculativeDeploymentSpec, launch: EngineLaunch, placement: Placement
+) -> dict[str, Any]:
+    """The engine container with its volumes, and the plan's placement merged with spec.scheduling."""
+    scheduling = spec.scheduling
+    tolerations = [
+        *(dict(t) for t in placement.tolerations),
+        *(t.model_dump(by_alias=True, exclude_none=True) for t in scheduling.tolerations),
+    ]
+    pod_spec: dict[str, Any] = {
+        "containers": [_container(spec, launch, placement.gpus)],
+        "volumes": _volumes(spec),
+        "tolerations": tolerations,
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        "enableServiceLinks": False,
+    }
+    if scheduling.node_selector:
+        pod_spec["nodeSelector"] = dict(scheduling.node_selector)
+    affinity = _merge_affinity(scheduling.affinity, list(placement.node_requirements))
+    if affinity:
+        pod_spec["affinity"] = affinity
+    if scheduling.priority_class_name:
+        pod_spec["priorityClassName"] = scheduling.priority_class_name
+    if scheduling.runtime_class_name:
+        pod_spec["runtimeClassName"] = scheduling.runtime_class_name
+    return pod_spec
+
+
 def build_deployment(
     name: str,
     namespace: str,
@@ -97,42 +150,6 @@ def build_deployment(
     ``placement`` comes from the GPU plan: GPUs per replica, node requirements, tolerations.
     """
     labels = common_labels(name, spec.engine.name)
-    volumes, mounts = _volumes(spec)
-    container: dict[str, Any] = {
-        "name": "engine",
-        "image": launch.image,
-        "imagePullPolicy": spec.engine.image_pull_policy,
-        "command": launch.command,
-        "ports": [{"name": "http", "containerPort": launch.port, "protocol": "TCP"}],
-        "resources": _resources(spec, placement.gpus),
-        "volumeMounts": mounts,
-        "startupProbe": launch.startup_probe,
-        "readinessProbe": launch.readiness_probe,
-        "livenessProbe": launch.liveness_probe,
-    }
-    env = _env(spec, launch)
-    if env:
-        container["env"] = env
-    tolerations = [
-        *(dict(t) for t in placement.tolerations),
-        *(t.model_dump(by_alias=True, exclude_none=True) for t in spec.scheduling.tolerations),
-    ]
-    pod_spec: dict[str, Any] = {
-        "containers": [container],
-        "volumes": volumes,
-        "tolerations": tolerations,
-        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
-        "enableServiceLinks": False,
-    }
-    if spec.scheduling.node_selector:
-        pod_spec["nodeSelector"] = dict(spec.scheduling.node_selector)
-    affinity = _merge_affinity(spec.scheduling.affinity, list(placement.node_requirements))
-    if affinity:
-        pod_spec["affinity"] = affinity
-    if spec.scheduling.priority_class_name:
-        pod_spec["priorityClassName"] = spec.scheduling.priority_class_name
-    if spec.scheduling.runtime_class_name:
-        pod_spec["runtimeClassName"] = spec.scheduling.runtime_class_name
     pod_meta: dict[str, Any] = {"labels": {**spec.pod_metadata.labels, **labels}}
     if spec.pod_metadata.annotations:
         pod_meta["annotations"] = dict(spec.pod_metadata.annotations)
@@ -145,6 +162,6 @@ def build_deployment(
             "selector": {"matchLabels": selector_labels(name)},
             # A GPU pair cannot surge: a second copy would need a second set of GPUs.
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
-            "template": {"metadata": pod_meta, "spec": pod_spec},
+            "template": {"metadata": pod_meta, "spec": _pod_spec(spec, launch, placement)},
         },
     }

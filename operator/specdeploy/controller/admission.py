@@ -11,8 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from specdeploy import api, pairing
-from specdeploy.engines import engine_for
+from specdeploy import api, engines, pairing
 from specdeploy.modelinfo import ModelResolver, ModelUnavailable
 
 
@@ -22,7 +21,7 @@ def review(body: dict[str, Any], resolver: ModelResolver) -> str | None:
         spec = api.SpeculativeDeploymentSpec.model_validate(body.get("spec") or {})
     except ValidationError as exc:
         return api.validation_problems(exc)
-    errors = engine_for(spec.engine.name).validate(spec)
+    errors = engines.validate(spec)
     if errors:
         return "; ".join(map(str, errors))
     try:

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 import kopf
+from huggingface_hub.utils.tqdm import disable_progress_bars
 
 from specdeploy.controller import certs, handlers, metrics
 
@@ -23,6 +24,8 @@ def main(args: argparse.Namespace) -> int:
         # lines a minute on a busy cluster.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
         logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    # The pairing check's hub reads (safetensors headers) draw tqdm bars: noise in a service log.
+    disable_progress_bars()
     memo = handlers.OperatorMemo(read_secrets=args.read_token_secrets)
     if args.metrics_port:
         metrics.serve(args.probe_address, args.metrics_port)

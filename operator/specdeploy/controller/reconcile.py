@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from specdeploy import api, pipeline
-from specdeploy.controller import drift, metrics, status
+from specdeploy.controller import diffing, metrics, status
 from specdeploy.controller.kube import KubeClient
 from specdeploy.controller.runtime import CallLater, Key, Outcome, WorkQueue, WriteLedger, loop_call_later
 from specdeploy.modelinfo import ModelResolver
@@ -152,10 +152,10 @@ class Reconciler:
         if not desired.blocked:
             for manifest, current in ((desired.deployment, deployment), (desired.service, view.service(key))):
                 if manifest is not None:
-                    await self._apply(key, drift.stamped(manifest), current)
+                    await self._apply(key, diffing.stamped(manifest), current)
         new_status, transitions = status.status_for(body, desired, deployment)
         if new_status is not None:
-            fingerprint = drift.status_fingerprint(new_status)
+            fingerprint = diffing.status_fingerprint(new_status)
             version = _version(body)
             if self.ledger.already_written("status", key, fingerprint, version):
                 transitions = []
@@ -173,11 +173,11 @@ class Reconciler:
 
     async def _apply(self, key: Key, want: dict[str, Any], current: dict[str, Any] | None) -> None:
         kind = want["kind"]
-        fingerprint = want["metadata"]["annotations"][drift.HASH_ANNOTATION]
+        fingerprint = want["metadata"]["annotations"][diffing.HASH_ANNOTATION]
         version = _version(current)
         if self.ledger.already_written(kind, key, fingerprint, version):
             return
-        if not drift.needs_apply(want, current):
+        if not diffing.needs_apply(want, current):
             return
         log.info("applying %s %s/%s", kind, *key)
         await self._run(self.kube.apply, want)

@@ -11,7 +11,7 @@ from typing import Any
 
 from specdeploy import api
 from specdeploy.api import Condition
-from specdeploy.controller import conditions, drift
+from specdeploy.controller import conditions, diffing
 from specdeploy.pipeline import Desired
 
 
@@ -35,7 +35,7 @@ def _rollout(deployment: dict[str, Any] | None, spec_replicas: int) -> tuple[int
 def _deployment_matches(result: Desired, deployment: dict[str, Any] | None) -> bool:
     if deployment is None or result.deployment is None:
         return False
-    return not drift.needs_apply(drift.stamped(result.deployment), deployment)
+    return not diffing.needs_apply(diffing.stamped(result.deployment), deployment)
 
 
 def lifecycle_conditions(

@@ -1,7 +1,7 @@
 """Inference engines: turn an effective spec into the engine container's launch.
 
-``engine_for(spec.engine.name)`` is the only entry point the rest of the operator needs; each
-engine module keeps its pinned version, image, flags and rules to itself.
+``render`` and ``validate`` (or ``engine_for`` for the engine itself) are all the rest of the
+operator needs; each engine module keeps its pinned version, image, flags and rules to itself.
 """
 
 from __future__ import annotations

@@ -9,14 +9,16 @@ spec, so ``specdeploy render`` and the operator produce the same bytes.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from specdeploy import api
+from specdeploy.planning.parallelism import allowed_draft_tp, explicit_draft_tp
 
 HOST = "0.0.0.0"
-METRICS_PATH = "/metrics"
+# Both servers answer here while the process is up; what proves they serve differs per engine.
+LIVENESS_PATH = "/health"
 
 # Loading a 60 GB verifier means pulling it from the hub (10-20 min at 50-100 MB/s on a cold
 # cache), copying it onto the GPUs, then compiling and capturing CUDA graphs for verifier and
@@ -39,21 +41,18 @@ class FieldError:
 
 @dataclass(frozen=True)
 class EngineLaunch:
-    """Everything the pod builder needs to run one engine container.
+    """Everything ``children.build_deployment`` needs to run one engine container.
 
     ``command`` is the full argv (it replaces the image entrypoint) with ``spec.engine.args`` last;
-    ``env`` holds the engine's own variables followed by ``spec.engine.env`` (the user's value
-    wins on a name clash) as core/v1 EnvVar dicts; the probes are core/v1 Probe dicts.
+    ``env`` is ``spec.engine.env`` as core/v1 EnvVar dicts; the probes are core/v1 Probe dicts.
     """
 
-    engine: api.EngineName
     image: str
     command: list[str]
     port: int
     startup_probe: dict[str, Any]
     readiness_probe: dict[str, Any]
     liveness_probe: dict[str, Any]
-    metrics_path: str
     env: list[dict[str, str]]
 
 
@@ -120,14 +119,16 @@ def speculator(spec: api.SpeculativeDeploymentSpec) -> tuple[api.Speculator, str
     return spec_, spec_.model, spec_.num_speculative_tokens
 
 
-def image(spec: api.SpeculativeDeploymentSpec, default: str) -> str:
+def _image(spec: api.SpeculativeDeploymentSpec, default: str) -> str:
     """The resource's image, else the cluster-wide default (SPECDEPLOY_<ENGINE>_IMAGE, set by the
     Helm chart to pull through a mirror), else the image pinned in this release."""
     override = os.environ.get(f"SPECDEPLOY_{spec.engine.name.upper()}_IMAGE")
     return spec.engine.image or override or default
 
 
-def http_probe(path: str, port: int, period_s: int, failure_threshold: int, timeout_s: int) -> dict[str, Any]:
+def _http_probe(
+    path: str, port: int, period_s: int, failure_threshold: int, timeout_s: int
+) -> dict[str, Any]:
     """A core/v1 Probe doing ``GET path`` on the container port."""
     return {
         "httpGet": {"path": path, "port": port},
@@ -137,18 +138,42 @@ def http_probe(path: str, port: int, period_s: int, failure_threshold: int, time
     }
 
 
-def startup_probe(path: str, port: int, timeout_s: int) -> dict[str, Any]:
-    """The long-budget startup probe (see STARTUP_FAILURE_THRESHOLD for why 30 minutes)."""
-    return http_probe(path, port, STARTUP_PERIOD_S, STARTUP_FAILURE_THRESHOLD, timeout_s)
-
-
-def merged_env(engine_env: Mapping[str, str], spec: api.SpeculativeDeploymentSpec) -> list[dict[str, str]]:
-    """Engine defaults then the user's ``engine.env``; a user entry replaces a default of the same name."""
-    merged = dict(engine_env)
+def _user_env(spec: api.SpeculativeDeploymentSpec) -> list[dict[str, str]]:
+    """``engine.env`` as EnvVar dicts; a name given twice keeps its last value, in the last place."""
+    merged: dict[str, str] = {}
     for var in spec.engine.env:
         merged.pop(var.name, None)
         merged[var.name] = var.value
     return [{"name": name, "value": value} for name, value in merged.items()]
+
+
+def launch(
+    engine: Engine,
+    spec: api.SpeculativeDeploymentSpec,
+    command: list[str],
+    ready_path: str,
+    ready_timeout_s: int,
+) -> EngineLaunch:
+    """The launch of ``command``: ``ready_path`` gates startup and traffic, ``/health`` liveness.
+
+    The startup probe has the long budget of STARTUP_FAILURE_THRESHOLD; once it passes, readiness
+    takes a replica out of the Service within 30 s and liveness restarts it after a minute.
+    """
+    return EngineLaunch(
+        image=_image(spec, engine.default_image),
+        command=command,
+        port=engine.port,
+        startup_probe=_http_probe(
+            ready_path, engine.port, STARTUP_PERIOD_S, STARTUP_FAILURE_THRESHOLD, ready_timeout_s
+        ),
+        readiness_probe=_http_probe(
+            ready_path, engine.port, period_s=10, failure_threshold=3, timeout_s=ready_timeout_s
+        ),
+        liveness_probe=_http_probe(
+            LIVENESS_PATH, engine.port, period_s=15, failure_threshold=4, timeout_s=10
+        ),
+        env=_user_env(spec),
+    )
 
 
 def _flag_name(arg: str) -> str | None:
@@ -187,23 +212,24 @@ def owned_flag_errors(spec: api.SpeculativeDeploymentSpec, owned: Sequence[Owned
     return errors
 
 
-def draft_tp_errors(spec: api.SpeculativeDeploymentSpec, allow_one: bool) -> list[FieldError]:
-    """Reject a draft TP the engine cannot run: always the verifier's TP, or also 1 (``allow_one``).
+def draft_tp_errors(spec: api.SpeculativeDeploymentSpec) -> list[FieldError]:
+    """Reject a draft TP the engine cannot run beside the verifier (``planning.parallelism``).
 
     Skipped while ``parallelism.tensor`` is still ``auto``: the rule is checked again on the
     effective spec once the planner has chosen.
     """
     tensor = spec.parallelism.tensor
-    if spec.speculator is None or spec.speculator.draft_tensor_parallel_size is None:
+    draft = explicit_draft_tp(spec)
+    if draft is None or not isinstance(tensor, int):
         return []
-    draft = spec.speculator.draft_tensor_parallel_size
-    if not isinstance(tensor, int) or draft == tensor or (allow_one and draft == 1):
+    allowed = allowed_draft_tp(spec.engine.name, tensor)
+    if draft in allowed:
         return []
-    allowed = f"1 or {tensor}" if allow_one else f"{tensor}"
+    sizes = " or ".join(map(str, allowed))
     return [
         FieldError(
             "spec.speculator.draftTensorParallelSize",
-            f"{spec.engine.name} runs the draft with tensor-parallel size {allowed} "
+            f"{spec.engine.name} runs the draft with tensor-parallel size {sizes} "
             f"(the verifier's parallelism.tensor is {tensor}); got {draft}",
         )
     ]

@@ -20,17 +20,13 @@ from typing import ClassVar
 from specdeploy import api
 from specdeploy.engines.base import (
     HOST,
-    METRICS_PATH,
     EngineLaunch,
     FieldError,
     OwnedFlag,
     draft_tp_errors,
-    http_probe,
-    image,
-    merged_env,
+    launch,
     owned_flag_errors,
     speculator,
-    startup_probe,
     tensor_parallel_size,
     verifier_model,
 )
@@ -100,6 +96,54 @@ def mem_fraction_static(spec: api.SpeculativeDeploymentSpec) -> float:
     return round(spec.gpu_memory_utilization - DRAFT_HEADROOM, 2)
 
 
+def _draft_shape_errors(spec: api.SpeculativeDeploymentSpec) -> list[FieldError]:
+    """Steps, top-k and draft tokens come as a set, and a chain's draft tokens are steps + 1."""
+    errors: list[FieldError] = []
+    options = _options(spec)
+    if (options.eagle_topk is None) != (options.num_draft_tokens is None):
+        missing = "numDraftTokens" if options.num_draft_tokens is None else "eagleTopk"
+        errors.append(
+            FieldError(
+                f"spec.engine.sglang.{missing}",
+                "eagleTopk and numDraftTokens are set together, or both left unset "
+                "(then the draft runs as a chain: top-k 1, steps + 1 draft tokens)",
+            )
+        )
+    elif options.num_steps is not None and options.eagle_topk is None:
+        errors.append(
+            FieldError(
+                "spec.engine.sglang.numSteps",
+                "numSteps, eagleTopk and numDraftTokens are set together; for a chain draft "
+                "leave all three unset and set spec.speculator.numSpeculativeTokens",
+            )
+        )
+    steps = _steps(spec)
+    chain = options.eagle_topk == 1 and options.num_draft_tokens is not None
+    if chain and steps is not None and options.num_draft_tokens != steps + 1:
+        errors.append(
+            FieldError(
+                "spec.engine.sglang.numDraftTokens",
+                f"with eagleTopk 1 the draft is a chain: numDraftTokens must be steps + 1 = "
+                f"{steps + 1} (SGLang would silently override {options.num_draft_tokens})",
+            )
+        )
+    return errors
+
+
+def _memory_errors(spec: api.SpeculativeDeploymentSpec) -> list[FieldError]:
+    """The derived --mem-fraction-static must leave SGLang a positive static pool."""
+    if _options(spec).mem_fraction_static is not None or mem_fraction_static(spec) > 0:
+        return []
+    return [
+        FieldError(
+            "spec.gpuMemoryUtilization",
+            f"SGLang keeps {DRAFT_HEADROOM} of each GPU outside its static pool for "
+            "activations and the draft; raise gpuMemoryUtilization above that or set "
+            "spec.engine.sglang.memFractionStatic",
+        )
+    ]
+
+
 class SglangEngine:
     """The SGLang server (``sglang.launch_server``)."""
 
@@ -149,58 +193,13 @@ class SglangEngine:
         produce a token. Its timeout exceeds SGLang's own 20 s health-check timeout so the engine,
         not the kubelet, reports a stuck scheduler.
         """
-        return EngineLaunch(
-            engine=self.name,
-            image=image(spec, DEFAULT_IMAGE),
-            command=self.command(spec),
-            port=PORT,
-            startup_probe=startup_probe("/health_generate", PORT, timeout_s=30),
-            readiness_probe=http_probe(
-                "/health_generate", PORT, period_s=10, failure_threshold=3, timeout_s=30
-            ),
-            liveness_probe=http_probe("/health", PORT, period_s=15, failure_threshold=4, timeout_s=10),
-            metrics_path=METRICS_PATH,
-            env=merged_env({}, spec),
-        )
+        return launch(self, spec, self.command(spec), ready_path="/health_generate", ready_timeout_s=30)
 
     def validate(self, spec: api.SpeculativeDeploymentSpec) -> list[FieldError]:
         """Draft shape and memory rules SGLang enforces late (or not at all), plus owned flags."""
-        errors = draft_tp_errors(spec, allow_one=False)
-        options = _options(spec)
-        if (options.eagle_topk is None) != (options.num_draft_tokens is None):
-            missing = "numDraftTokens" if options.num_draft_tokens is None else "eagleTopk"
-            errors.append(
-                FieldError(
-                    f"spec.engine.sglang.{missing}",
-                    "eagleTopk and numDraftTokens are set together, or both left unset "
-                    "(then the draft runs as a chain: top-k 1, steps + 1 draft tokens)",
-                )
-            )
-        elif options.num_steps is not None and options.eagle_topk is None:
-            errors.append(
-                FieldError(
-                    "spec.engine.sglang.numSteps",
-                    "numSteps, eagleTopk and numDraftTokens are set together; for a chain draft "
-                    "leave all three unset and set spec.speculator.numSpeculativeTokens",
-                )
-            )
-        steps = _steps(spec)
-        chain = options.eagle_topk == 1 and options.num_draft_tokens is not None
-        if chain and steps is not None and options.num_draft_tokens != steps + 1:
-            errors.append(
-                FieldError(
-                    "spec.engine.sglang.numDraftTokens",
-                    f"with eagleTopk 1 the draft is a chain: numDraftTokens must be steps + 1 = "
-                    f"{steps + 1} (SGLang would silently override {options.num_draft_tokens})",
-                )
-            )
-        if options.mem_fraction_static is None and mem_fraction_static(spec) <= 0:
-            errors.append(
-                FieldError(
-                    "spec.gpuMemoryUtilization",
-                    f"SGLang keeps {DRAFT_HEADROOM} of each GPU outside its static pool for "
-                    "activations and the draft; raise gpuMemoryUtilization above that or set "
-                    "spec.engine.sglang.memFractionStatic",
-                )
-            )
-        return errors + owned_flag_errors(spec, OWNED_FLAGS)
+        return (
+            draft_tp_errors(spec)
+            + _draft_shape_errors(spec)
+            + _memory_errors(spec)
+            + owned_flag_errors(spec, OWNED_FLAGS)
+        )

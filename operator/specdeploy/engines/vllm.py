@@ -13,17 +13,13 @@ from typing import Any, ClassVar
 from specdeploy import api
 from specdeploy.engines.base import (
     HOST,
-    METRICS_PATH,
     EngineLaunch,
     FieldError,
     OwnedFlag,
     draft_tp_errors,
-    http_probe,
-    image,
-    merged_env,
+    launch,
     owned_flag_errors,
     speculator,
-    startup_probe,
     tensor_parallel_size,
     verifier_model,
 )
@@ -103,18 +99,8 @@ class VllmEngine:
 
     def render(self, spec: api.SpeculativeDeploymentSpec) -> EngineLaunch:
         """vLLM's ``/health`` answers 200 once the engine serves and 503 when it is dead or draining."""
-        return EngineLaunch(
-            engine=self.name,
-            image=image(spec, DEFAULT_IMAGE),
-            command=self.command(spec),
-            port=PORT,
-            startup_probe=startup_probe("/health", PORT, timeout_s=5),
-            readiness_probe=http_probe("/health", PORT, period_s=10, failure_threshold=3, timeout_s=5),
-            liveness_probe=http_probe("/health", PORT, period_s=15, failure_threshold=4, timeout_s=10),
-            metrics_path=METRICS_PATH,
-            env=merged_env({}, spec),
-        )
+        return launch(self, spec, self.command(spec), ready_path="/health", ready_timeout_s=5)
 
     def validate(self, spec: api.SpeculativeDeploymentSpec) -> list[FieldError]:
         """vLLM runs the draft at TP 1 or the verifier's TP; operator-owned flags stay out of args."""
-        return draft_tp_errors(spec, allow_one=True) + owned_flag_errors(spec, OWNED_FLAGS)
+        return draft_tp_errors(spec) + owned_flag_errors(spec, OWNED_FLAGS)

@@ -6,7 +6,6 @@ resolver), and read through one set of config.json rules (``modelinfo.config``).
 
 from specdeploy.modelinfo.hub import RetryPolicy
 from specdeploy.modelinfo.info import (
-    DEFAULT_REVISION,
     InfoSource,
     ModelInfo,
     ModelUnavailable,
@@ -17,7 +16,6 @@ from specdeploy.modelinfo.info import (
 from specdeploy.modelinfo.resolver import ModelResolver
 
 __all__ = [
-    "DEFAULT_REVISION",
     "InfoSource",
     "ModelInfo",
     "ModelResolver",

@@ -38,23 +38,25 @@ class EngineSupport(_Entry):
     note: str = ""
 
 
-class VerifierEntry(_Entry):
-    """A verifier's config facts, weights size and recommended speculator per engine."""
+class _ModelEntry(_Entry):
+    """What the catalog knows of any model: its config facts, their source, its weights size."""
 
     provenance: str
     config: dict[str, Any]
     weights_bytes: int | None = None
+
+
+class VerifierEntry(_ModelEntry):
+    """A verifier's facts, its chat marker and its recommended speculator per engine."""
+
     chat_marker: str | None = None
     recommended_speculators: dict[str, str] = Field(default_factory=dict)
 
 
-class SpeculatorEntry(_Entry):
-    """A draft's config, the verifier it was trained for, and its published engine settings."""
+class SpeculatorEntry(_ModelEntry):
+    """A draft's facts, the verifier it was trained for, and its published engine settings."""
 
-    provenance: str
-    config: dict[str, Any]
     trained_for: str | None = None
-    weights_bytes: int | None = None
     settings: dict[str, dict[str, int]] = Field(default_factory=dict)
 
 
@@ -124,11 +126,6 @@ def load(extra_path: str | None = None) -> Catalog:
     return _load(path)
 
 
-def reload() -> None:
-    """Forget loaded catalogs, e.g. after the extension ConfigMap changed."""
-    _load.cache_clear()
-
-
 def verifier_entry(model_id: str) -> VerifierEntry | None:
     found = load().verifier(model_id)
     return found[1] if found else None
@@ -187,29 +184,15 @@ def supported_architectures(engine: str) -> list[str]:
 def model_info(model_id: str) -> ModelInfo | None:
     """Catalog facts of a verifier or speculator as ModelInfo (source "catalog")."""
     catalog = load()
-    found_verifier = catalog.verifier(model_id)
-    if found_verifier is not None:
-        key, verifier = found_verifier
-        return ModelInfo(
-            model_id=key,
-            revision=None,
-            config=dict(verifier.config),
-            source="catalog",
-            weights_bytes=verifier.weights_bytes,
-            extra={"provenance": verifier.provenance},
-        )
-    found_speculator = catalog.speculator(model_id)
-    if found_speculator is not None:
-        key, speculator = found_speculator
-        extra: dict[str, Any] = {"provenance": speculator.provenance}
-        if speculator.trained_for:
-            extra["trained_for"] = speculator.trained_for
-        return ModelInfo(
-            model_id=key,
-            revision=None,
-            config=dict(speculator.config),
-            source="catalog",
-            weights_bytes=speculator.weights_bytes,
-            extra=extra,
-        )
-    return None
+    found: tuple[str, _ModelEntry] | None = catalog.verifier(model_id) or catalog.speculator(model_id)
+    if found is None:
+        return None
+    key, entry = found
+    return ModelInfo(
+        model_id=key,
+        revision=None,
+        config=dict(entry.config),
+        source="catalog",
+        weights_bytes=entry.weights_bytes,
+        provenance=entry.provenance,
+    )

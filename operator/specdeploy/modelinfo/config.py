@@ -14,6 +14,11 @@ from typing import Any, Literal
 DraftFormat = Literal["speculators", "eagle3", "eagle", "unknown"]
 
 
+def as_int(value: Any) -> int | None:
+    """An integer field's value, or None when absent or not an integer (JSON true is not 1)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
     """The language-model part of a config: ``text_config`` when it nests one, else the config."""
     text = config.get("text_config")

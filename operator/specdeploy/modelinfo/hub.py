@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from specdeploy.modelinfo.info import DEFAULT_REVISION, ModelUnavailable
 
@@ -28,8 +28,6 @@ class RetryPolicy:
     def delays(self) -> list[float]:
         """Sleeps between attempts: initial, doubled each time, capped."""
         return [min(self.max_delay, self.initial_delay * 2**i) for i in range(max(0, self.attempts - 1))]
-
-
 
 
 class HubFetcher:
@@ -80,20 +78,43 @@ class HubFetcher:
 
         return self._with_retries(filename, download, required=required)
 
-    def size(self, filename: str) -> int | None:
-        """Size of a single-file checkpoint from its HEAD (X-Linked-Size), without downloading it."""
-        return self._with_retries(filename, lambda: self._head(filename).size, required=False)
+    def weights_bytes(self) -> int | None:
+        """Bytes of the safetensors weights: the tensors' data_offsets summed over every shard header.
 
-    def _head(self, filename: str) -> Any:
+        huggingface_hub picks model.safetensors or the index and reads only the shard headers (Range
+        requests), so the size is known without downloading weights; a repo without safetensors, or
+        with a header that does not parse, has no answer (the size is a hint, not a requirement).
+        Only the header reads take our request timeout; its HEADs use huggingface_hub's own."""
+        from huggingface_hub import HfApi
+        from huggingface_hub.errors import NotASafetensorsRepoError, SafetensorsParsingError
+
+        api = HfApi(endpoint=self.endpoint, token=self.token)
+
+        def total() -> int | None:
+            try:
+                found = api.get_safetensors_metadata(
+                    self.model, revision=self.revision, timeout=self.retry.request_timeout
+                )
+            except (NotASafetensorsRepoError, SafetensorsParsingError):
+                return None
+            spans = (
+                tensor.data_offsets[1] - tensor.data_offsets[0]
+                for shard in found.files_metadata.values()
+                for tensor in shard.tensors.values()
+            )
+            return sum(spans) or None
+
+        return self._with_retries("the safetensors headers", total, required=False)
+
+    def _head(self, filename: str) -> None:
         from huggingface_hub import get_hf_file_metadata, hf_hub_url
 
         url = hf_hub_url(self.model, filename, revision=self.revision, endpoint=self.endpoint)
-        return get_hf_file_metadata(
+        get_hf_file_metadata(
             url, token=self.token, timeout=self.retry.request_timeout, endpoint=self.endpoint
         )
 
     def _with_retries(self, filename: str, call: Callable[[], _R], *, required: bool) -> _R | None:
-        import httpx2
         from huggingface_hub.errors import (
             FileMetadataError,
             GatedRepoError,
@@ -104,6 +125,9 @@ class HubFetcher:
             RepositoryNotFoundError,
             RevisionNotFoundError,
         )
+
+        # Listed in huggingface_hub.utils.__all__ (built at run time, so mypy cannot see it).
+        from huggingface_hub.utils import httpx  # type: ignore[attr-defined]
 
         where = f"{self.model}@{self.revision}"
         delays = self.retry.delays()
@@ -161,7 +185,9 @@ class HubFetcher:
                         "ModelNotFound", self.model, f"{where}: HTTP {status} fetching {filename}"
                     ) from exc
                 last = f"HTTP {status}"
-            except (httpx2.TransportError, FileMetadataError, OSError) as exc:
+            # Connection and timeout failures reach us as httpx2 errors, which huggingface_hub exports
+            # as ``huggingface_hub.utils.httpx``: none of its own error classes covers them.
+            except (httpx.TransportError, FileMetadataError, OSError) as exc:
                 last = str(exc) or type(exc).__name__
             if attempt < len(delays):
                 self.sleep(delays[attempt])

@@ -8,7 +8,7 @@ the operator reports a condition instead of crashing.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,7 +27,12 @@ def model_key(model_id: str) -> str:
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """config.json of one model at one revision, plus what else was found next to it."""
+    """config.json of one model at one revision, plus what else was found next to it.
+
+    ``provenance`` says where catalog facts were taken from; ``note`` says why a lookup answered
+    as it did (catalog facts standing in for an unreachable Hub); ``tokenizer_looked_up`` tells
+    the resolver's cache whether a Hub entry already looked for tokenizer files.
+    """
 
     model_id: str
     revision: str | None
@@ -35,7 +40,9 @@ class ModelInfo:
     source: InfoSource
     weights_bytes: int | None = None
     tokenizer_dir: Path | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    provenance: str | None = None
+    note: str | None = None
+    tokenizer_looked_up: bool = False
 
 
 class ModelUnavailable(Exception):
@@ -48,14 +55,12 @@ class ModelUnavailable(Exception):
         self.message = message
 
 
-
 def info_from_config(
     model_id: str,
     config: dict[str, Any] | str | bytes,
     *,
     revision: str | None = None,
     source: InfoSource = "configmap",
-    weights_bytes: int | None = None,
 ) -> ModelInfo:
     """Metadata from a config.json given inline (a ConfigMap's verifier.json / speculator.json),
     for models the operator cannot reach."""
@@ -66,22 +71,18 @@ def info_from_config(
             raise ModelUnavailable(
                 "InvalidConfig", model_id, f"config.json of {model_id} is not valid JSON: {exc}"
             ) from exc
-    validate_config(model_id, config)
-    assert isinstance(config, dict)
-    return ModelInfo(
-        model_id=model_id, revision=revision, config=config, source=source, weights_bytes=weights_bytes
-    )
+    return ModelInfo(model_id=model_id, revision=revision, config=_checked(model_id, config), source=source)
 
 
-def validate_config(model_id: str, config: object) -> None:
+def _checked(model_id: str, config: object) -> dict[str, Any]:
+    """``config`` if it is a config.json every later stage can read, else InvalidConfig."""
     if not isinstance(config, dict):
-        raise ModelUnavailable(
-            "InvalidConfig", model_id, f"config.json of {model_id} is not a JSON object"
-        )
+        raise ModelUnavailable("InvalidConfig", model_id, f"config.json of {model_id} is not a JSON object")
     if not config.get("architectures") and not config.get("model_type"):
         raise ModelUnavailable(
             "InvalidConfig", model_id, f"config.json of {model_id} has neither architectures nor model_type"
         )
+    return config
 
 
 def read_config(model_id: str, path: Path) -> dict[str, Any]:
@@ -91,9 +92,7 @@ def read_config(model_id: str, path: Path) -> dict[str, Any]:
         raise ModelUnavailable(
             "InvalidConfig", model_id, f"config.json of {model_id} cannot be read: {exc}"
         ) from exc
-    validate_config(model_id, config)
-    assert isinstance(config, dict)
-    return config
+    return _checked(model_id, config)
 
 
 def index_total(path: Path) -> int | None:

@@ -6,6 +6,7 @@ broken resource does not hammer the Hub.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections import OrderedDict
@@ -124,14 +125,7 @@ class ModelResolver:
             fallback = self._from_catalog(model) if exc.reason == "HubUnreachable" else None
             if fallback is not None:
                 note = f"Hub unreachable; catalog facts (default revision) used for {model}@{revision}"
-                return ModelInfo(
-                    model_id=fallback.model_id,
-                    revision=fallback.revision,
-                    config=fallback.config,
-                    source="catalog",
-                    weights_bytes=fallback.weights_bytes,
-                    extra={**fallback.extra, "note": note},
-                )
+                return dataclasses.replace(fallback, note=note)
             if exc.reason != "HubUnreachable":
                 with self._lock:
                     self._negative[key] = _Negative(exc, self._clock() + self.negative_ttl)
@@ -155,7 +149,7 @@ class ModelResolver:
             found = self._cache.get(key)
             if found is None:
                 return None
-            if want_tokenizer and found.source == "hub" and not found.extra.get("tokenizer_looked_up"):
+            if want_tokenizer and found.source == "hub" and not found.tokenizer_looked_up:
                 return None
             self._cache.move_to_end(key)
             return found
@@ -201,12 +195,13 @@ class ModelResolver:
         assert config_path is not None
         config = read_config(model, config_path)
 
-        weights: int | None = None
-        index_path = fetch.file("model.safetensors.index.json", required=False)
-        if index_path is not None:
-            weights = index_total(index_path)
-        if weights is None and not offline:
-            weights = fetch.size("model.safetensors")
+        # Fetched online too: get_safetensors_metadata downloads the index into the default Hub cache,
+        # not this resolver's cache_dir, where an offline resolve reads the weight size from.
+        index_path = fetch.file(constants.SAFETENSORS_INDEX_FILE, required=False)
+        if offline:
+            weights = index_total(index_path) if index_path is not None else None
+        else:
+            weights = fetch.weights_bytes()
 
         tokenizer_dir: Path | None = None
         if want_tokenizer:
@@ -220,5 +215,5 @@ class ModelResolver:
             source="hub",
             weights_bytes=weights,
             tokenizer_dir=tokenizer_dir,
-            extra={"tokenizer_looked_up": want_tokenizer, "endpoint": endpoint},
+            tokenizer_looked_up=want_tokenizer,
         )

@@ -4,11 +4,9 @@ draft (what a draft config says) -> rules and tokenizer (each check) -> report (
 shorthands (filling in a half-named pair and the published settings).
 """
 
-from specdeploy.pairing.draft import DraftFacts, draft_facts
 from specdeploy.pairing.report import PairingReport
 from specdeploy.pairing.rules import check_pair
 from specdeploy.pairing.shorthands import (
-    DEFAULT_SPECULATIVE_TOKENS,
     PairingError,
     ResolvedPair,
     check_resolved,
@@ -17,14 +15,11 @@ from specdeploy.pairing.shorthands import (
 )
 
 __all__ = [
-    "DEFAULT_SPECULATIVE_TOKENS",
-    "DraftFacts",
     "PairingError",
     "PairingReport",
     "ResolvedPair",
     "check_pair",
     "check_resolved",
-    "draft_facts",
     "effective_spec",
     "resolve_pair",
 ]

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from specdeploy.modelinfo.config import DraftFormat, architectures, draft_format
+from specdeploy.modelinfo.config import DraftFormat, architectures, as_int, draft_format, draft_layer_config
 
 
 @dataclass(frozen=True)
@@ -30,20 +30,13 @@ class DraftFacts:
         return self.target_hidden_size or self.hidden_size
 
 
-
-def as_int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-
-
 def draft_facts(config: Mapping[str, Any]) -> DraftFacts:
     """Read a draft config in the speculators format or the original EAGLE-3 format."""
     archs = architectures(config)
     architecture = archs[0] if archs else None
     fmt = draft_format(config)
     if fmt == "speculators":
-        layer = config.get("transformer_layer_config") or {}
+        layer = draft_layer_config(config)
         spec_cfg = config.get("speculators_config") or {}
         verifier = spec_cfg.get("verifier") or {}
         tokens: int | None = None
@@ -61,7 +54,7 @@ def draft_facts(config: Mapping[str, Any]) -> DraftFacts:
             draft_vocab_size=as_int(config.get("draft_vocab_size")),
             aux_layer_ids=[int(i) for i in aux] if isinstance(aux, list) else None,
             declared_verifier=str(verifier["name_or_path"]) if verifier.get("name_or_path") else None,
-            declared_architectures=[str(a) for a in verifier.get("architectures") or []],
+            declared_architectures=architectures(verifier),
             speculative_tokens=tokens,
         )
     eagle_cfg = config.get("eagle_config") or {}

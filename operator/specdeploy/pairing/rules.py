@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from specdeploy import api
 from specdeploy.modelinfo import ModelInfo, catalog, model_key
-from specdeploy.modelinfo.config import architectures, text_field
-from specdeploy.pairing.draft import DraftFacts, as_int, draft_facts
+from specdeploy.modelinfo.config import architectures, as_int, text_field
+from specdeploy.pairing.draft import DraftFacts, draft_facts
 from specdeploy.pairing.report import PairingReport, check_result
 from specdeploy.pairing.tokenizer import check_tokenizer
 
@@ -61,7 +61,7 @@ def _check_catalog(v: ModelInfo, s: ModelInfo, d: DraftFacts, allow: bool) -> ap
     name = "catalogVerifier"
     if d.declared_verifier is not None:
         return check_result(name, "Skipped", "Declared", "the checkpoint declares its verifier")
-    known = catalog.trained_for(s.model_id) or s.extra.get("trained_for")
+    known = catalog.trained_for(s.model_id)
     if known is None:
         return check_result(
             name,

@@ -28,7 +28,6 @@ class PairingError(Exception):
         self.message = message
 
 
-
 @dataclass(frozen=True)
 class ResolvedPair:
     """The pair a spec means, after the shorthands: ids, metadata and how each was chosen."""
@@ -40,6 +39,35 @@ class ResolvedPair:
     verifier_from: Literal["spec", "speculator", "catalog"]
     speculator_from: Literal["spec", "catalog"]
     notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Lookup:
+    """Fetches one model's metadata the way ``resolve_pair`` was asked to."""
+
+    spec: api.SpeculativeDeploymentSpec
+    resolver: ModelResolver
+    overrides: Mapping[str, Mapping[str, Any]]
+    token: str | None
+    want_tokenizer: bool
+    offline: bool
+
+    def __call__(self, role: Literal["verifier", "speculator"], model_id: str) -> ModelInfo:
+        section = self.spec.verifier if role == "verifier" else self.spec.speculator
+        revision = section.revision if section else None
+        given = self.overrides.get(role)
+        if given is not None:
+            return info_from_config(model_id, dict(given), revision=revision, source="configmap")
+        access = self.spec.model_access
+        return self.resolver.resolve(
+            model_id,
+            revision,
+            token=self.token,
+            endpoint=access.endpoint,
+            offline=access.offline,
+            want_tokenizer=self.want_tokenizer,
+            network=not self.offline,
+        )
 
 
 def resolve_pair(
@@ -56,74 +84,61 @@ def resolve_pair(
     ``overrides`` maps "verifier" / "speculator" to a config.json given by the user (the
     ConfigMap path) and wins over any lookup. ``offline`` answers from local directories, the
     resolver's cache and the catalog only, never the network (the admission webhook's deadline).
-    Raises PairingError (NoKnownSpeculator, VerifierNotDeclared) or MetadataUnavailable."""
-    overrides = overrides or {}
-    engine = spec.engine.name
-    access = spec.model_access
+    Raises PairingError (NoKnownSpeculator, VerifierNotDeclared) or ModelUnavailable."""
+    lookup = _Lookup(spec, resolver, overrides or {}, token, want_tokenizer, offline)
     notes: list[str] = []
-
-    def lookup(role: str, model_id: str, revision: str | None) -> ModelInfo:
-        given = overrides.get(role)
-        if given is not None:
-            return info_from_config(model_id, dict(given), revision=revision, source="configmap")
-        return resolver.resolve(
-            model_id,
-            revision,
-            token=token,
-            endpoint=access.endpoint,
-            offline=access.offline,
-            want_tokenizer=want_tokenizer,
-            network=not offline,
-        )
-
-    verifier_id = spec.verifier.model if spec.verifier else None
-    speculator_id = spec.speculator.model if spec.speculator else None
-    speculator_from: Literal["spec", "catalog"] = "spec"
-    if speculator_id is None:
-        if verifier_id is None:
-            raise PairingError("VerifierNotDeclared", "spec names neither a verifier nor a speculator model")
-        speculator_id = catalog.recommended_speculator(verifier_id, engine)
-        if speculator_id is None:
-            raise PairingError(
-                "NoKnownSpeculator",
-                f"no known EAGLE-3 speculator for verifier {verifier_id} on {engine}; "
-                "set spec.speculator.model",
-            )
-        speculator_from = "catalog"
-        notes.append(
-            f"speculator {speculator_id} is the catalog's recommendation for {verifier_id} on {engine}"
-        )
-    speculator = lookup("speculator", speculator_id, spec.speculator.revision if spec.speculator else None)
-
-    verifier_from: Literal["spec", "speculator", "catalog"] = "spec"
-    if verifier_id is None:
-        declared = draft_facts(speculator.config).declared_verifier
-        if declared is not None:
-            verifier_id, verifier_from = declared, "speculator"
-            notes.append(f"verifier {declared} is declared by speculator {speculator_id}")
-        else:
-            known = catalog.trained_for(speculator_id)
-            if known is None:
-                raise PairingError(
-                    "VerifierNotDeclared",
-                    f"speculator {speculator_id} does not declare its verifier and the catalog "
-                    "does not know it; "
-                    "set spec.verifier.model",
-                )
-            verifier_id, verifier_from = known, "catalog"
-            notes.append(
-                f"verifier {known} is the one the catalog says speculator {speculator_id} was trained for"
-            )
-    verifier = lookup("verifier", verifier_id, spec.verifier.revision if spec.verifier else None)
+    speculator_id, speculator_from = _speculator_id(spec, notes)
+    speculator = lookup("speculator", speculator_id)
+    verifier_id, verifier_from = _verifier_id(spec, speculator_id, speculator, notes)
     return ResolvedPair(
         verifier_id=verifier_id,
         speculator_id=speculator_id,
-        verifier=verifier,
+        verifier=lookup("verifier", verifier_id),
         speculator=speculator,
         verifier_from=verifier_from,
         speculator_from=speculator_from,
         notes=notes,
     )
+
+
+def _speculator_id(
+    spec: api.SpeculativeDeploymentSpec, notes: list[str]
+) -> tuple[str, Literal["spec", "catalog"]]:
+    """The speculator the spec names, else the catalog's recommendation for its verifier."""
+    if spec.speculator is not None and spec.speculator.model is not None:
+        return spec.speculator.model, "spec"
+    if spec.verifier is None:
+        raise PairingError("VerifierNotDeclared", "spec names neither a verifier nor a speculator model")
+    engine, verifier_id = spec.engine.name, spec.verifier.model
+    speculator_id = catalog.recommended_speculator(verifier_id, engine)
+    if speculator_id is None:
+        raise PairingError(
+            "NoKnownSpeculator",
+            f"no known EAGLE-3 speculator for verifier {verifier_id} on {engine}; set spec.speculator.model",
+        )
+    notes.append(f"speculator {speculator_id} is the catalog's recommendation for {verifier_id} on {engine}")
+    return speculator_id, "catalog"
+
+
+def _verifier_id(
+    spec: api.SpeculativeDeploymentSpec, speculator_id: str, speculator: ModelInfo, notes: list[str]
+) -> tuple[str, Literal["spec", "speculator", "catalog"]]:
+    """The verifier the spec names, else the one the draft declares, else the catalog's."""
+    if spec.verifier is not None:
+        return spec.verifier.model, "spec"
+    declared = draft_facts(speculator.config).declared_verifier
+    if declared is not None:
+        notes.append(f"verifier {declared} is declared by speculator {speculator_id}")
+        return declared, "speculator"
+    known = catalog.trained_for(speculator_id)
+    if known is None:
+        raise PairingError(
+            "VerifierNotDeclared",
+            f"speculator {speculator_id} does not declare its verifier and the catalog "
+            "does not know it; set spec.verifier.model",
+        )
+    notes.append(f"verifier {known} is the one the catalog says speculator {speculator_id} was trained for")
+    return known, "catalog"
 
 
 def effective_spec(

@@ -1,9 +1,10 @@
 """GPU products: the built-in table, product-string lookup, and how NVIDIA labels GPU nodes.
 
-The one place for the GPU resource name, the GPU feature discovery (GFD) label names and the GPU
-taint with its toleration: the inventory reads nodes with them, the pod builder requests and
-tolerates with them, the sandbox labels its simulated nodes with them. The built-in table
-(data/gpus.yaml) fills gaps in node labels and makes offline planning possible.
+The one place for the GPU feature discovery (GFD) label names and the GPU taint with its
+toleration (the resource name itself is ``api.GPU_RESOURCE``): the inventory reads nodes with
+them, the planner's placement pins and tolerates with them, the sandbox labels and taints its
+simulated nodes with them. The built-in table (data/gpus.yaml) fills gaps in node labels and
+makes offline planning possible.
 """
 
 from __future__ import annotations

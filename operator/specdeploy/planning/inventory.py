@@ -26,6 +26,10 @@ from specdeploy.planning.gpus import (
 )
 
 
+def _gib(mib: int | None) -> float | None:
+    return None if mib is None else mib * MIB / GIB
+
+
 class GpuInventoryError(ValueError):
     """An inventory description (or GPU name) is invalid; the message names the bad part."""
 
@@ -41,7 +45,7 @@ class GpuNode:
 
     @property
     def memory_gib(self) -> float | None:
-        return None if self.memory_mib is None else self.memory_mib * MIB / GIB
+        return _gib(self.memory_mib)
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,7 @@ class ProductCapacity:
 
     @property
     def memory_gib(self) -> float | None:
-        return None if self.memory_mib is None else self.memory_mib * MIB / GIB
+        return _gib(self.memory_mib)
 
     @property
     def display(self) -> str:
@@ -209,7 +213,6 @@ def parse_gpus_flag(text: str) -> Inventory:
             raise GpuInventoryError(f"--gpus entry {entry!r}: GPU and node counts must be at least 1")
         start = sum(1 for n in nodes if n.product == gpu.product)
         nodes.extend(
-            GpuNode(f"{gpu.alias}-{start + i}", gpu.product, gpus, gpu.memory_mib)
-            for i in range(count)
+            GpuNode(f"{gpu.alias}-{start + i}", gpu.product, gpus, gpu.memory_mib) for i in range(count)
         )
     return Inventory(tuple(nodes))

@@ -28,7 +28,7 @@ from specdeploy.planning.gpus import GIB
 from specdeploy.planning.shape import (
     ModelShape,
     bytes_per_parameter,
-        draft_parameter_count,
+    draft_parameter_count,
     model_shape,
     parameter_count,
 )

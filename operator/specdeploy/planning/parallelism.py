@@ -40,22 +40,38 @@ def tensor_parallel_violations(
     return problems
 
 
-def draft_tp_violation(spec: api.SpeculativeDeploymentSpec, tp: int) -> str | None:
-    """The engine rule on the draft's TP: vLLM takes 1 or the verifier's, SGLang only the verifier's."""
-    draft_tp = _explicit_draft_tp(spec)
-    if draft_tp is None or draft_tp == tp:
-        return None
-    if spec.engine.name == "vllm":
-        if draft_tp == 1:
-            return None
-        return f"vLLM runs the draft at tensor-parallel size 1 or the verifier's ({tp}), not {draft_tp}"
-    return f"SGLang runs the draft at the verifier's tensor-parallel size ({tp}), not {draft_tp}"
+# How the planner's messages name the engines.
+_ENGINE_NAMES: dict[api.EngineName, str] = {"vllm": "vLLM", "sglang": "SGLang"}
 
 
-def _explicit_draft_tp(spec: api.SpeculativeDeploymentSpec) -> int | None:
+def allowed_draft_tp(engine: api.EngineName, tp: int) -> tuple[int, ...]:
+    """The draft TP sizes ``engine`` runs beside a verifier sharded ``tp`` ways.
+
+    vLLM also runs the draft unsharded (TP 1, on rank 0); SGLang shards it like the verifier.
+    """
+    return (1, tp) if engine == "vllm" else (tp,)
+
+
+def explicit_draft_tp(spec: api.SpeculativeDeploymentSpec) -> int | None:
+    """The draft TP the user set, or None to take the engine's default."""
     return spec.speculator.draft_tensor_parallel_size if spec.speculator else None
+
+
+def draft_tp_violation(spec: api.SpeculativeDeploymentSpec, tp: int) -> str | None:
+    """Why the spec's draft TP cannot run beside a verifier at ``tp`` (None when it can)."""
+    draft_tp = explicit_draft_tp(spec)
+    allowed = allowed_draft_tp(spec.engine.name, tp)
+    if draft_tp is None or draft_tp in allowed:
+        return None
+    engine = _ENGINE_NAMES[spec.engine.name]
+    if len(allowed) > 1:
+        return (
+            f"{engine} runs the draft at tensor-parallel size {allowed[0]} or the verifier's ({tp}), "
+            f"not {draft_tp}"
+        )
+    return f"{engine} runs the draft at the verifier's tensor-parallel size ({tp}), not {draft_tp}"
 
 
 def draft_tensor_parallel_size(spec: api.SpeculativeDeploymentSpec, tp: int) -> int:
     """The draft's TP: the user's value, else the verifier's (both engines' default)."""
-    return _explicit_draft_tp(spec) or tp
+    return explicit_draft_tp(spec) or tp

@@ -1,7 +1,7 @@
 """The GPU planner: how many GPUs of which product one replica needs, and why.
 
-Pure functions over the spec, the models' config.json and a GPU inventory: the operator calls
-``plan`` on every reconcile and ``specdeploy plan`` calls it offline, so both always agree. The
+Pure functions over the spec, the models' config.json and a GPU inventory: ``pipeline.compute``
+calls ``plan`` on every reconcile and ``specdeploy plan`` calls it offline, so both always agree. The
 memory model it applies is described in ``planning.memory``.
 """
 
@@ -14,10 +14,12 @@ from enum import StrEnum
 from typing import Any
 
 from specdeploy import api
+from specdeploy.api import GPU_RESOURCE
 from specdeploy.modelinfo import ModelInfo
 from specdeploy.planning.gpus import (
     GIB,
     GPU_TOLERATION,
+    MEMORY_LABEL,
     PRODUCT_LABEL,
     display_name,
     gpu_table,
@@ -40,6 +42,7 @@ from specdeploy.planning.shape import (
 )
 
 AUTO_TENSOR_SIZES = (1, 2, 4, 8)
+_AUTO_SIZES = ", ".join(map(str, AUTO_TENSOR_SIZES))
 # Default context when spec.maxModelLen is unset: the model's own limit, capped here. Long-context
 # models (Qwen3 MoE: 262144) would otherwise reserve ~24 GiB of KV cache per sequence and make
 # every plan several times larger than typical chat or coding traffic needs.
@@ -56,7 +59,6 @@ class Reason(StrEnum):
     UNKNOWN_GPU_PRODUCT = "UnknownGpuProduct"
     INVALID_MAX_MODEL_LEN = "InvalidMaxModelLen"
     INCOMPLETE_MODEL_CONFIG = "IncompleteModelConfig"
-
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,7 @@ def _fails_on(cap: ProductCapacity, tp: int, draft_tp: int, estimate: MemoryEsti
     if cap.max_gpus_per_node < tp:
         return f"needs {tp} GPUs on one node; at most {cap.max_gpus_per_node} allocatable"
     if cap.memory_gib is None:
-        return "GPU memory unknown (no nvidia.com/gpu.memory label and not in the built-in table)"
+        return f"GPU memory unknown (no {MEMORY_LABEL} label and not in the built-in table)"
     per_gpu = estimate.per_gpu(tp, draft_tp)
     usable = cap.memory_gib * estimate.utilization
     if per_gpu.total > usable:
@@ -115,6 +117,22 @@ def _preference(cap: ProductCapacity, tp: int, fp8_checkpoint: bool) -> tuple[in
     """Fewest GPUs per replica, then native FP8 for FP8 checkpoints, then the smallest GPU that fits."""
     native_fp8 = cap.gpu_type.fp8 if cap.gpu_type else False
     return (tp, fp8_checkpoint and not native_fp8, cap.memory_mib or 0, cap.product)
+
+
+class _Refused(Exception):
+    """A planning step found no plan; ``outcome`` says why."""
+
+    def __init__(self, outcome: PlanOutcome) -> None:
+        super().__init__(outcome.message)
+        self.outcome = outcome
+
+
+@dataclass(frozen=True)
+class _Shardable:
+    """The TP sizes the engine can shard verifier and draft into, and why the others were rejected."""
+
+    sizes: list[int]
+    rejected: list[Alternative]
 
 
 def plan(
@@ -130,141 +148,192 @@ def plan(
     checked. Among products that fit, the fewest GPUs per replica wins, then (for FP8 checkpoints)
     native FP8 support, then the smallest GPU memory, which keeps big GPUs free for big models.
     """
-    config = verifier.config  # quantization_config and torch_dtype sit at the top level
-    model = verifier.model_id
+    try:
+        estimate = _estimate(spec, verifier, speculator, _context_length(spec, verifier))
+        shardable = _shardable(spec, verifier, speculator, estimate)
+        capacities, nodes = _candidates(spec, inventory, estimate, shardable)
+        return _choose(spec, verifier, estimate, shardable, capacities, nodes)
+    except _Refused as refused:
+        return refused.outcome
+
+
+def _context_length(spec: api.SpeculativeDeploymentSpec, verifier: ModelInfo) -> int:
+    """``maxModelLen`` within the model's limit, else that limit capped at DEFAULT_MAX_MODEL_LEN."""
     limit = model_context_limit(verifier.config)
-    if spec.max_model_len is not None:
-        if limit is not None and spec.max_model_len > limit:
-            return PlanOutcome(
+    if spec.max_model_len is None:
+        return min(limit or DEFAULT_MAX_MODEL_LEN, DEFAULT_MAX_MODEL_LEN)
+    if limit is not None and spec.max_model_len > limit:
+        raise _Refused(
+            PlanOutcome(
                 False,
                 Reason.INVALID_MAX_MODEL_LEN,
-                f"maxModelLen {spec.max_model_len} exceeds the {limit} tokens {model} supports",
+                f"maxModelLen {spec.max_model_len} exceeds the {limit} tokens {verifier.model_id} supports",
             )
-        max_model_len = spec.max_model_len
-    else:
-        max_model_len = min(limit or DEFAULT_MAX_MODEL_LEN, DEFAULT_MAX_MODEL_LEN)
-    try:
-        estimate = estimate_memory(spec, verifier, speculator, max_model_len)
-    except IncompleteConfigError as exc:
-        return PlanOutcome(False, Reason.INCOMPLETE_MODEL_CONFIG, f"cannot size the models: {exc}")
+        )
+    return spec.max_model_len
 
-    fp8_blocks = fp8_block_sizes(config)
-    explicit = spec.parallelism.tensor if isinstance(spec.parallelism.tensor, int) else None
-    sizes = (explicit,) if explicit is not None else AUTO_TENSOR_SIZES
-    alternatives: list[Alternative] = []
-    valid: list[int] = []
+
+def _estimate(
+    spec: api.SpeculativeDeploymentSpec,
+    verifier: ModelInfo,
+    speculator: ModelInfo | None,
+    max_model_len: int,
+) -> MemoryEstimate:
+    try:
+        return estimate_memory(spec, verifier, speculator, max_model_len)
+    except IncompleteConfigError as exc:
+        raise _Refused(
+            PlanOutcome(False, Reason.INCOMPLETE_MODEL_CONFIG, f"cannot size the models: {exc}")
+        ) from exc
+
+
+def _explicit_tp(spec: api.SpeculativeDeploymentSpec) -> int | None:
+    return spec.parallelism.tensor if isinstance(spec.parallelism.tensor, int) else None
+
+
+def _shardable(
+    spec: api.SpeculativeDeploymentSpec,
+    verifier: ModelInfo,
+    speculator: ModelInfo | None,
+    estimate: MemoryEstimate,
+) -> _Shardable:
+    """The sizes to try (the explicit one, else AUTO_TENSOR_SIZES) that verifier and draft shard into."""
+    fp8_blocks = fp8_block_sizes(verifier.config)
+    explicit = _explicit_tp(spec)
+    shardable = _Shardable([], [])
     draft_only = False
-    for tp in sizes:
-        problems = tensor_parallel_violations(estimate.verifier, tp, fp8_blocks, model)
+    for tp in (explicit,) if explicit is not None else AUTO_TENSOR_SIZES:
+        problems = tensor_parallel_violations(estimate.verifier, tp, fp8_blocks, verifier.model_id)
         draft_problem = draft_tp_violation(spec, tp)
-        if draft_problem is None and speculator is not None and estimate.speculator is not None:
+        if draft_problem is not None:
+            draft_only = draft_only or not problems
+            problems.append(draft_problem)
+        elif speculator is not None and estimate.speculator is not None:
             problems += tensor_parallel_violations(
                 estimate.speculator, draft_tensor_parallel_size(spec, tp), (), speculator.model_id
             )
-        elif draft_problem is not None:
-            draft_only = draft_only or not problems
-            problems.append(draft_problem)
         if problems:
-            alternatives.append(Alternative(tp, None, False, "; ".join(problems)))
+            shardable.rejected.append(Alternative(tp, None, False, "; ".join(problems)))
         else:
-            valid.append(tp)
-    if not valid:
-        reason = (
-            Reason.INVALID_DRAFT_TENSOR_PARALLEL_SIZE if draft_only else Reason.INVALID_TENSOR_PARALLEL_SIZE
-        )
-        message = alternatives[0].reason if explicit is not None else (
-            "no tensor-parallel size in 1, 2, 4, 8 works: "
+            shardable.sizes.append(tp)
+    if shardable.sizes:
+        return shardable
+    alternatives = shardable.rejected
+    reason = Reason.INVALID_DRAFT_TENSOR_PARALLEL_SIZE if draft_only else Reason.INVALID_TENSOR_PARALLEL_SIZE
+    message = (
+        alternatives[0].reason
+        if explicit is not None
+        else (
+            f"no tensor-parallel size in {_AUTO_SIZES} works: "
             + "; ".join(f"{a.tensor_parallel_size}: {a.reason}" for a in alternatives)
         )
-        return PlanOutcome(False, reason, message, None, tuple(alternatives), estimate)
+    )
+    raise _Refused(PlanOutcome(False, reason, message, None, tuple(alternatives), estimate))
 
-    nodes = list(inventory.nodes)
-    capacities = inventory.products()
+
+def _candidates(
+    spec: api.SpeculativeDeploymentSpec,
+    inventory: Inventory,
+    estimate: MemoryEstimate,
+    shardable: _Shardable,
+) -> tuple[list[ProductCapacity], list[GpuNode]]:
+    """The products (with their nodes) a replica may use: all, or the one ``gpuProduct`` names."""
+    capacities, nodes = inventory.products(), list(inventory.nodes)
     wanted = spec.parallelism.gpu_product
-    if wanted:
-        capacities = [c for c in capacities if same_gpu(c.product, wanted)]
-        nodes = [n for n in nodes if same_gpu(n.product, wanted)]
-        if not capacities:
-            if lookup_gpu(wanted) is None:
-                return PlanOutcome(
-                    False,
-                    Reason.UNKNOWN_GPU_PRODUCT,
-                    f"unknown GPU product {wanted!r}: name a product present in the cluster "
-                    f"({', '.join(c.product for c in inventory.products()) or 'none'}) or an alias "
-                    f"({known_aliases()})",
-                    None,
-                    tuple(alternatives),
-                    estimate,
-                )
-            present = ", ".join(c.product for c in inventory.products()) or "none"
-            return PlanOutcome(
-                False,
-                Reason.NO_NODE_FITS,
-                f"{_no_fit_need(estimate, spec, valid, nodes)}; no schedulable node has "
-                f"{display_name(wanted)} GPUs ({wanted}); products present: {present}",
-                None,
-                tuple(alternatives),
-                estimate,
-            )
+    if not wanted:
+        return capacities, nodes
+    capacities = [c for c in capacities if same_gpu(c.product, wanted)]
+    nodes = [n for n in nodes if same_gpu(n.product, wanted)]
+    if capacities:
+        return capacities, nodes
+    present = ", ".join(c.product for c in inventory.products()) or "none"
+    if lookup_gpu(wanted) is None:
+        reason = Reason.UNKNOWN_GPU_PRODUCT
+        message = (
+            f"unknown GPU product {wanted!r}: name a product present in the cluster ({present}) "
+            f"or an alias ({known_aliases()})"
+        )
+    else:
+        reason = Reason.NO_NODE_FITS
+        message = (
+            f"{_no_fit_need(estimate, spec, shardable.sizes, nodes)}; no schedulable node has "
+            f"{display_name(wanted)} GPUs ({wanted}); products present: {present}"
+        )
+    raise _Refused(PlanOutcome(False, reason, message, None, tuple(shardable.rejected), estimate))
 
-    fp8_checkpoint = bool(fp8_blocks) or bytes_per_parameter(config) == 1.0
+
+def _choose(
+    spec: api.SpeculativeDeploymentSpec,
+    verifier: ModelInfo,
+    estimate: MemoryEstimate,
+    shardable: _Shardable,
+    capacities: Sequence[ProductCapacity],
+    nodes: Sequence[GpuNode],
+) -> PlanOutcome:
+    """Weigh every product at each shardable size (the smallest that fits) and take the preferred."""
+    fp8_checkpoint = bool(fp8_block_sizes(verifier.config)) or bytes_per_parameter(verifier.config) == 1.0
+    alternatives = list(shardable.rejected)
     fitting: list[tuple[tuple[int, bool, int, str], ProductCapacity, int]] = []
     for cap in capacities:
-        for tp in valid:
+        for tp in shardable.sizes:
             problem = _fails_on(cap, tp, draft_tensor_parallel_size(spec, tp), estimate)
             alternatives.append(Alternative(tp, cap.product, problem is None, problem or "fits"))
             if problem is None:
                 fitting.append((_preference(cap, tp, fp8_checkpoint), cap, tp))
                 break
-
     if not fitting:
         largest = _largest_node(nodes)
         where = (
             f"largest allocatable: {largest.gpus} x {display_name(largest.product)}"
             if largest
-            else "no schedulable node has allocatable nvidia.com/gpu"
+            else f"no schedulable node has allocatable {GPU_RESOURCE}"
         )
-        return PlanOutcome(
-            False,
-            Reason.NO_NODE_FITS,
-            f"{_no_fit_need(estimate, spec, valid, nodes)}; {where}",
-            None,
-            tuple(alternatives),
-            estimate,
-        )
-
+        message = f"{_no_fit_need(estimate, spec, shardable.sizes, nodes)}; {where}"
+        return PlanOutcome(False, Reason.NO_NODE_FITS, message, None, tuple(alternatives), estimate)
     _, cap, tp = min(fitting, key=lambda item: item[0])
-    draft_tp = draft_tensor_parallel_size(spec, tp)
-    per_gpu = estimate.per_gpu(tp, draft_tp)
     alternatives = [
         replace(alt, reason="chosen" if alt.gpu_product == cap.product else "fits; not preferred")
         if alt.fits
         else alt
         for alt in alternatives
     ]
+    result = _plan_for(spec, estimate, cap, tp)
+    return PlanOutcome(True, Reason.PLANNED, result.reason, result, tuple(alternatives), estimate)
+
+
+def _plan_for(
+    spec: api.SpeculativeDeploymentSpec, estimate: MemoryEstimate, cap: ProductCapacity, tp: int
+) -> api.Plan:
+    """The chosen plan, with the sizes behind it and a reason a user can check by hand."""
+    draft_tp = draft_tensor_parallel_size(spec, tp)
+    per_gpu = estimate.per_gpu(tp, draft_tp)
     how = (
-        f"tensor {tp} as set" if explicit is not None
-        else f"tensor auto: {tp} is the smallest size in 1, 2, 4, 8 that shards and fits"
+        f"tensor {tp} as set"
+        if _explicit_tp(spec) is not None
+        else f"tensor auto: {tp} is the smallest size in {_AUTO_SIZES} that shards and fits"
     )
     choice = (
-        f"{cap.display} as set" if wanted else f"{cap.display} preferred (fewest GPUs, then smallest memory)"
+        f"{cap.display} as set"
+        if spec.parallelism.gpu_product
+        else f"{cap.display} preferred (fewest GPUs, then smallest memory)"
     )
     usable = (cap.memory_gib or 0.0) * estimate.utilization
-    reason_text = (
+    reason = (
         f"{how}; {choice}; per GPU {_breakdown(per_gpu)} = {_gib(per_gpu.total)} of {_gib(usable)} usable"
     )
-    result = api.Plan(
+    return api.Plan(
         tensor_parallel_size=tp,
         gpu_product=cap.product,
         gpus_per_replica=tp,
         gpu_memory_gib=round(cap.memory_gib or 0.0, 2),
         weights_gib=round(estimate.weights_bytes / GIB, 2),
-        speculator_weights_gib=round(estimate.speculator_bytes / GIB, 2) if speculator is not None else None,
+        speculator_weights_gib=(
+            round(estimate.speculator_bytes / GIB, 2) if estimate.speculator is not None else None
+        ),
         kv_cache_gib=round(estimate.kv_cache_gib(tp, draft_tp), 2),
-        max_model_len=max_model_len,
-        reason=reason_text,
+        max_model_len=estimate.max_model_len,
+        reason=reason,
     )
-    return PlanOutcome(True, Reason.PLANNED, reason_text, result, tuple(alternatives), estimate)
 
 
 def _no_fit_need(
@@ -289,7 +358,7 @@ def _no_fit_need(
 
 @dataclass(frozen=True)
 class Placement:
-    """What a plan imposes on an engine pod; the pod builder merges it with spec.scheduling.
+    """What a plan imposes on an engine pod; ``children.build_deployment`` merges it with spec.scheduling.
 
     ``node_requirements`` are node-selector requirements ANDed into every required
     nodeSelectorTerm (the GPU product); ``tolerations`` admit the pod to tainted GPU nodes.

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specdeploy.modelinfo.config import draft_layer_config, text_config
+from specdeploy.modelinfo.config import as_int, draft_layer_config, text_config
 
 # rope_scaling types for which vLLM multiplies max_position_embeddings by the factor.
 _NON_EXTENDING_ROPE = {"su", "longrope", "llama3", "default", "mrope"}
@@ -36,13 +36,12 @@ class ModelShape:
     moe_intermediate_size: int
     moe_layers: int
     shared_expert_intermediate_size: int
-    max_position_embeddings: int | None
 
 
 def _required(config: Mapping[str, Any], *names: str) -> int:
     for name in names:
-        value = config.get(name)
-        if isinstance(value, int) and not isinstance(value, bool):
+        value = as_int(config.get(name))
+        if value is not None:
             return value
     raise IncompleteConfigError(f"config.json has no {' or '.join(names)}")
 
@@ -68,7 +67,6 @@ def model_shape(config: Mapping[str, Any]) -> ModelShape:
         )
     shared = int(cfg.get("shared_expert_intermediate_size") or 0)
     shared += int(cfg.get("n_shared_experts") or 0) * moe_intermediate
-    max_pos = cfg.get("max_position_embeddings")
     return ModelShape(
         hidden_size=hidden,
         num_layers=layers,
@@ -82,7 +80,6 @@ def model_shape(config: Mapping[str, Any]) -> ModelShape:
         moe_intermediate_size=moe_intermediate,
         moe_layers=moe_layers,
         shared_expert_intermediate_size=shared,
-        max_position_embeddings=int(max_pos) if isinstance(max_pos, int) else None,
     )
 
 

@@ -8,16 +8,12 @@ signals pids whose start time still matches what was recorded, so a recycled pid
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import fcntl
 import json
 import os
 import shutil
-import signal
-import socket
 import ssl
-import subprocess
 import sys
 import time
 import urllib.error
@@ -30,22 +26,24 @@ from typing import Any, TextIO
 
 import yaml
 
-from specdeploy.sandbox import binaries, nodes, pki
+from specdeploy.sandbox import binaries, control_plane, nodes, pki
+from specdeploy.sandbox.processes import (
+    free_ports,
+    pid_alive,
+    process_start_time,
+    rss_mib,
+    spawn,
+    stop_in_tiers,
+    wait_ports_free,
+)
 
 SANDBOX_ENV = "SPECDEPLOY_SANDBOX"
 ROOT_ENV = "SPECDEPLOY_SANDBOX_ROOT"
 DEFAULT_NAME = "default"
-SERVICE_CIDR = "10.96.0.0/16"
 STATE_FILE = "state.json"
 WATCHDOG = "watchdog"
 # The control-plane processes, in start order; a sandbox is running when all of them are alive.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
-_AUDIT_POLICY = {
-    "apiVersion": "audit.k8s.io/v1",
-    "kind": "Policy",
-    "omitStages": ["RequestReceived"],
-    "rules": [{"level": "Metadata"}],
-}
 
 
 class SandboxError(RuntimeError):
@@ -65,74 +63,6 @@ def pod_cidr(name: str) -> str:
     """A /16 inside 127.0.0.0/8 per sandbox name, so two sandboxes never hand out the same pod IP."""
     second = 42 if name == DEFAULT_NAME else 43 + zlib.crc32(name.encode()) % 200
     return f"127.{second}.0.0/16"
-
-
-def free_ports(count: int) -> list[int]:
-    """Distinct free loopback ports (all held open together so none is handed out twice)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
-def port_is_free(port: int) -> bool:
-    """True when a server could listen on 127.0.0.1:port right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-            sock.listen(1)
-        except OSError:
-            return False
-    return True
-
-
-def _proc_stat(pid: int) -> list[str] | None:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # Fields after the parenthesised command name: state is [0], start time is [19].
-    return raw.rsplit(")", 1)[1].split()
-
-
-def process_start_time(pid: int) -> str | None:
-    stat = _proc_stat(pid)
-    return stat[19] if stat else None
-
-
-def pid_alive(pid: int, start_time: str | None = None) -> bool:
-    """Alive, not a zombie, and (when known) the same process that was recorded."""
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)  # reap our own exited children so they stop looking alive
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    stat = _proc_stat(pid)
-    if stat is None:
-        return sys.platform != "linux"
-    if stat[0] in ("Z", "X"):
-        return False
-    return start_time is None or stat[19] == start_time
-
-
-def rss_mib(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
 
 
 @dataclass(frozen=True)
@@ -244,7 +174,7 @@ class Sandbox:
         self._clean_runtime()
         self.logs.mkdir(parents=True, exist_ok=True)
         keys = pki.generate(self.pki.ca_cert.parent)
-        etcd_port, etcd_peer, api_port, kcm_port, sched_port = free_ports(5)
+        ports = control_plane.Ports(*free_ports(5))
         cidr = pod_cidr(self.name)
         state: dict[str, Any] = {
             "name": self.name,
@@ -252,68 +182,39 @@ class Sandbox:
             "kwok_version": binaries.KWOK_VERSION,
             "etcd_version": binaries.ETCD_VERSION,
             "pod_cidr": cidr,
-            "server": f"https://127.0.0.1:{api_port}",
+            "server": f"https://127.0.0.1:{ports.api}",
             "kubeconfig": str(self.kubeconfig),
             "processes": {},
         }
         self._write_state(state)
-        self._write_kubeconfig(keys, api_port)
+        admin = control_plane.kubeconfig(self.name, keys, ports.api)
+        self.kubeconfig.write_text(yaml.safe_dump(admin, sort_keys=False))
+        self.kubeconfig.chmod(0o600)
         audit_policy = self.dir / "audit-policy.yaml"
-        audit_policy.write_text(yaml.safe_dump(_AUDIT_POLICY))
-        kubeconfig = str(self.kubeconfig)
+        audit_policy.write_text(yaml.safe_dump(control_plane.AUDIT_POLICY))
 
-        etcd_url = f"http://127.0.0.1:{etcd_port}"
-        peer_url = f"http://127.0.0.1:{etcd_peer}"
-        self._spawn(state, "etcd", etcd_port, [
-            str(bins.etcd), "--name=sandbox", f"--data-dir={self.dir / 'etcd'}",
-            f"--listen-client-urls={etcd_url}", f"--advertise-client-urls={etcd_url}",
-            f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
-            f"--initial-cluster=sandbox={peer_url}", "--unsafe-no-fsync", "--log-level=warn",
-        ], extra_ports=(etcd_peer,))
-        self._wait(state, deadline, "etcd to report healthy", lambda: self._etcd_healthy(etcd_port))
-        print(f"[specdeploy] etcd is up on 127.0.0.1:{etcd_port}", file=log)
+        etcd = control_plane.etcd(bins, self.dir / "etcd", ports)
+        self._spawn(state, "etcd", ports.etcd, etcd, extra_ports=(ports.etcd_peer,))
+        self._wait(state, deadline, "etcd to report healthy", lambda: self._etcd_healthy(ports.etcd))
+        print(f"[specdeploy] etcd is up on 127.0.0.1:{ports.etcd}", file=log)
 
-        self._spawn(state, "kube-apiserver", api_port, [
-            str(bins.kube_apiserver), f"--etcd-servers={etcd_url}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={api_port}",
-            f"--tls-cert-file={keys.apiserver_cert}", f"--tls-private-key-file={keys.apiserver_key}",
-            f"--client-ca-file={keys.ca_cert}", "--authorization-mode=Node,RBAC",
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            f"--service-account-key-file={keys.service_account_pub}",
-            f"--service-account-signing-key-file={keys.service_account_key}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}", "--endpoint-reconciler-type=none",
-            "--allow-privileged=true", "--profiling=false", f"--cert-dir={self.dir / 'pki'}",
-            f"--audit-policy-file={audit_policy}", f"--audit-log-path={self.audit_log}",
-        ])
-        self._wait(state, deadline, "kube-apiserver /readyz", lambda: self._api_ready(api_port))
-        print(f"[specdeploy] kube-apiserver is ready on https://127.0.0.1:{api_port}", file=log)
+        apiserver = control_plane.kube_apiserver(
+            bins, keys, ports, self.dir / "pki", audit_policy, self.audit_log
+        )
+        self._spawn(state, "kube-apiserver", ports.api, apiserver)
+        self._wait(state, deadline, "kube-apiserver /readyz", lambda: self._api_ready(ports.api))
+        print(f"[specdeploy] kube-apiserver is ready on https://127.0.0.1:{ports.api}", file=log)
 
-        client_flags = [
-            f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}", "--leader-elect=false", "--bind-address=127.0.0.1",
-            # The default 20 requests/s throttles the controllers long before this machine does
-            # when hundreds of Deployments roll out at once (benchmarks, scale tests).
-            "--kube-api-qps=200", "--kube-api-burst=400",
-        ]
-        self._spawn(state, "kube-controller-manager", kcm_port, [
-            str(bins.kube_controller_manager), *client_flags, f"--secure-port={kcm_port}",
-            f"--service-account-private-key-file={keys.service_account_key}",
-            f"--root-ca-file={keys.ca_cert}", f"--cluster-signing-cert-file={keys.ca_cert}",
-            f"--cluster-signing-key-file={keys.ca_key}", f"--service-cluster-ip-range={SERVICE_CIDR}",
-        ])
-        self._spawn(state, "kube-scheduler", sched_port, [
-            str(bins.kube_scheduler), *client_flags, f"--secure-port={sched_port}",
-        ])
-        self._spawn(state, "kwok", None, [
-            str(bins.kwok), f"--kubeconfig={kubeconfig}",
-            f"--manage-nodes-with-annotation-selector={nodes.KWOK_ANNOTATION}={nodes.KWOK_ANNOTATION_VALUE}",
-            # No --server-address and --node-port=0: kwok serves nothing (no exec/logs endpoints needed).
-            f"--cidr={cidr}", "--node-ip=127.0.0.1", "--node-port=0",
-            # Node leases are the heartbeat the node lifecycle controller watches; without them
-            # it marks the nodes (and their pods) NotReady after the grace period.
-            "--node-lease-duration-seconds=40",
-        ])
+        manager = control_plane.kube_controller_manager(bins, keys, ports, self.kubeconfig)
+        self._spawn(state, "kube-controller-manager", ports.controller_manager, manager)
+        scheduler = control_plane.kube_scheduler(bins, ports, self.kubeconfig)
+        self._spawn(state, "kube-scheduler", ports.scheduler, scheduler)
+        self._spawn(state, "kwok", None, control_plane.kwok(bins, self.kubeconfig, cidr))
+        self._add_nodes(state, specs, deadline, log)
 
+    def _add_nodes(
+        self, state: dict[str, Any], specs: list[nodes.NodeSpec], deadline: float, log: TextIO
+    ) -> None:
         core_v1 = nodes.core_v1_for(self.kubeconfig)
         for spec in specs:
             nodes.add_node(spec, core_v1=core_v1)
@@ -333,14 +234,9 @@ class Sandbox:
         argv: list[str],
         extra_ports: tuple[int, ...] = (),
     ) -> None:
-        with open(self.logs / f"{name}.log", "wb") as out:
-            proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                cwd=self.dir, start_new_session=True, close_fds=True,
-            )
-        _CHILDREN[proc.pid] = proc
+        pid = spawn(argv, self.logs / f"{name}.log", self.dir)
         state["processes"][name] = {
-            "pid": proc.pid, "start_time": process_start_time(proc.pid), "port": port,
+            "pid": pid, "start_time": process_start_time(pid), "port": port,
             "ports": [p for p in (port, *extra_ports) if p],
             "log": str(self.logs / f"{name}.log"),
         }
@@ -399,26 +295,6 @@ class Sandbox:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
             return bool(json.loads(response.read()).get("health") == "true")
 
-    def _write_kubeconfig(self, keys: pki.Pki, port: int) -> None:
-        def b64(path: Path) -> str:
-            return base64.b64encode(path.read_bytes()).decode()
-
-        context = f"specdeploy-{self.name}"
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": context, "cluster": {
-                "server": f"https://127.0.0.1:{port}", "certificate-authority-data": b64(keys.ca_cert),
-            }}],
-            "users": [{"name": f"{context}-admin", "user": {
-                "client-certificate-data": b64(keys.admin_cert), "client-key-data": b64(keys.admin_key),
-            }}],
-            "contexts": [{"name": context, "context": {"cluster": context, "user": f"{context}-admin"}}],
-            "current-context": context,
-        }
-        self.kubeconfig.write_text(yaml.safe_dump(config, sort_keys=False))
-        self.kubeconfig.chmod(0o600)
-
     # -- down ----------------------------------------------------------------------------------
 
     def down(self, timeout: float = 20.0) -> list[int]:
@@ -437,25 +313,12 @@ class Sandbox:
                 if info["pid"] != os.getpid() and pid_alive(info["pid"], info.get("start_time"))]
         # Clients first, then the apiserver, then etcd: an apiserver whose etcd is already gone
         # spends ~10s retrying before it exits.
-        tiers = [
+        stop_in_tiers([
             [(pid, start) for name, pid, start in live if name not in ("kube-apiserver", "etcd")],
             [(pid, start) for name, pid, start in live if name == "kube-apiserver"],
             [(pid, start) for name, pid, start in live if name == "etcd"],
-        ]
-        deadline = time.monotonic() + timeout
-        for tier in tiers:
-            _terminate(tier, deadline)
-        for _, pid, _ in live:
-            proc = _CHILDREN.pop(pid, None)
-            if proc is not None:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=1)
-        ports = [port for p in processes.values() for port in p.get("ports", [])]
-        port_deadline = time.monotonic() + 5.0
-        busy = [p for p in ports if not port_is_free(p)]
-        while busy and time.monotonic() < port_deadline:
-            time.sleep(0.1)
-            busy = [p for p in busy if not port_is_free(p)]
+        ], timeout)
+        busy = wait_ports_free([port for p in processes.values() for port in p.get("ports", [])])
         still_alive = [pid for _, pid, start in live if pid_alive(pid, start)]
         if still_alive:
             raise SandboxError(f"processes {still_alive} of sandbox {self.name!r} survived SIGKILL")
@@ -472,32 +335,6 @@ class Sandbox:
                 shutil.rmtree(entry)
             else:
                 entry.unlink()
-
-
-_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
-
-
-def _signal(pid: int, signum: int) -> None:
-    """Signal the process group each component leads (start_new_session), else just the pid."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        if os.getpgid(pid) == pid:
-            os.killpg(pid, signum)
-        else:
-            os.kill(pid, signum)
-
-
-def _terminate(processes: list[tuple[int, str | None]], deadline: float) -> None:
-    """SIGTERM, wait until ``deadline``, then SIGKILL and wait (bounded) for the stragglers."""
-    for pid, _ in processes:
-        _signal(pid, signal.SIGTERM)
-    while any(pid_alive(pid, start) for pid, start in processes) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    for pid, start in processes:
-        if pid_alive(pid, start):
-            _signal(pid, signal.SIGKILL)
-    kill_deadline = time.monotonic() + 5.0
-    while any(pid_alive(pid, start) for pid, start in processes) and time.monotonic() < kill_deadline:
-        time.sleep(0.05)
 
 
 def _tail(path: Path, lines: int = 30) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
 from specdeploy.api import GPU_RESOURCE
 from specdeploy.planning import Inventory, inventory_from_nodes
@@ -31,6 +32,7 @@ KWOK_ANNOTATION_VALUE = "fake"
 NODE_GROUP_LABEL = "sandbox.specdeploy.io/node-group"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 DEFAULT_NODES_FILE = "sandbox-nodes.yaml"
+
 
 class NodeFileError(ValueError):
     """The node description is invalid; the message names the offending entry."""
@@ -75,62 +77,77 @@ def gpu_node(
     return NodeSpec(name=name, cpu=cpu, memory=memory, gpu=GpuSpec(product, gpus, memory_mib), group=name)
 
 
-def _str(value: Any, where: str) -> str:
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise NodeFileError(f"{where}: expected a string or number, got {value!r}")
-    return str(value)
+class _Schema(BaseModel):
+    """Unknown fields are errors (a typo must not silently drop a setting); numbers are accepted
+    where YAML users write strings (``cpu: 96``), but never booleans, and counts must be integers."""
+
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
 
 
-def _int(value: Any, where: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise NodeFileError(f"{where}: expected an integer >= {minimum}, got {value!r}")
-    return value
+class _GpuGroup(_Schema):
+    product: str
+    count: StrictInt = Field(ge=1)
+    memory_mib: StrictInt = Field(alias="memoryMiB", ge=1)
+
+
+class _NodeGroup(_Schema):
+    name: str
+    count: StrictInt = Field(1, ge=0)
+    cpu: str = "32"
+    memory: str = "128Gi"
+    pods: StrictInt = Field(110, ge=1)
+    gpu: _GpuGroup | None = None
+    taint: StrictBool = True
+    labels: dict[str, str] | None = None
+
+
+class _NodeFile(BaseModel):
+    node_groups: list[_NodeGroup] = Field(alias="nodeGroups")
+
+
+def _problems(error: ValidationError) -> list[str]:
+    """One line per offending entry, named by its path in the file (``nodeGroups[1].gpu.count``)."""
+    problems: list[str] = []
+    unknown: dict[str, list[str]] = {}
+    for item in error.errors():
+        where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in item["loc"])[1:]
+        if len(item["loc"]) <= 1:
+            problems.append("the node file needs a top-level 'nodeGroups' list")
+        elif item["type"] == "extra_forbidden":
+            parent, _, field_name = where.rpartition(".")
+            unknown.setdefault(parent, []).append(field_name)
+        elif item["type"] == "missing":
+            problems.append(f"{where}: {item['msg']}")
+        elif item["type"] in ("model_type", "dict_type"):
+            problems.append(f"{where}: expected a mapping, got {item['input']!r}")
+        else:
+            problems.append(f"{where}: {item['msg']}, got {item['input']!r}")
+    problems += [f"{where}: unknown fields {sorted(fields)}" for where, fields in unknown.items()]
+    return problems
 
 
 def parse_node_groups(text: str) -> list[NodeSpec]:
     """Expand the ``nodeGroups`` of a node file into one spec per node."""
-    document = yaml.safe_load(text)
-    if not isinstance(document, dict) or not isinstance(document.get("nodeGroups"), list):
-        raise NodeFileError("the node file needs a top-level 'nodeGroups' list")
+    try:
+        document = _NodeFile.model_validate(yaml.safe_load(text))
+    except ValidationError as exc:
+        raise NodeFileError("; ".join(_problems(exc))) from None
     specs: list[NodeSpec] = []
-    for index, group in enumerate(document["nodeGroups"]):
-        where = f"nodeGroups[{index}]"
-        if not isinstance(group, dict):
-            raise NodeFileError(f"{where}: expected a mapping")
-        unknown = set(group) - {"name", "count", "cpu", "memory", "pods", "gpu", "taint", "labels"}
-        if unknown:
-            raise NodeFileError(f"{where}: unknown fields {sorted(unknown)}")
-        name = _str(group.get("name"), f"{where}.name")
-        count = _int(group.get("count", 1), f"{where}.count", 0)
-        gpu: GpuSpec | None = None
-        if group.get("gpu") is not None:
-            raw = group["gpu"]
-            if not isinstance(raw, dict):
-                raise NodeFileError(f"{where}.gpu: expected a mapping")
-            gpu = GpuSpec(
-                product=_str(raw.get("product"), f"{where}.gpu.product"),
-                count=_int(raw.get("count"), f"{where}.gpu.count", 1),
-                memory_mib=_int(raw.get("memoryMiB"), f"{where}.gpu.memoryMiB", 1),
+    for group in document.node_groups:
+        gpu = GpuSpec(group.gpu.product, group.gpu.count, group.gpu.memory_mib) if group.gpu else None
+        specs += [
+            NodeSpec(
+                name=f"{group.name}-{number}",
+                cpu=group.cpu,
+                memory=group.memory,
+                pods=group.pods,
+                gpu=gpu,
+                taint=group.taint,
+                group=group.name,
+                labels=dict(group.labels or {}),
             )
-        labels = group.get("labels") or {}
-        if not isinstance(labels, dict):
-            raise NodeFileError(f"{where}.labels: expected a mapping")
-        taint = group.get("taint", True)
-        if not isinstance(taint, bool):
-            raise NodeFileError(f"{where}.taint: expected true or false")
-        for number in range(count):
-            specs.append(
-                NodeSpec(
-                    name=f"{name}-{number}",
-                    cpu=_str(group.get("cpu", "32"), f"{where}.cpu"),
-                    memory=_str(group.get("memory", "128Gi"), f"{where}.memory"),
-                    pods=_int(group.get("pods", 110), f"{where}.pods", 1),
-                    gpu=gpu,
-                    taint=taint,
-                    group=name,
-                    labels={str(k): _str(v, f"{where}.labels.{k}") for k, v in labels.items()},
-                )
-            )
+            for number in range(group.count)
+        ]
     names = [spec.name for spec in specs]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:

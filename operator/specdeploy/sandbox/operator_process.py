@@ -15,7 +15,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from specdeploy.sandbox.cluster import Sandbox, SandboxError, free_ports, pid_alive, process_start_time
+from specdeploy.sandbox.cluster import Sandbox, SandboxError
+from specdeploy.sandbox.processes import free_ports, pid_alive, process_start_time
 
 NAME = "specdeploy-operator"
 START_TIMEOUT_S = 60.0

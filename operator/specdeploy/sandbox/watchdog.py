@@ -10,7 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from specdeploy.sandbox.cluster import Sandbox, pid_alive
+from specdeploy.sandbox.cluster import Sandbox
+from specdeploy.sandbox.processes import pid_alive
 
 MAX_LIFETIME_SECONDS = 24 * 3600
 POLL_SECONDS = 1.0

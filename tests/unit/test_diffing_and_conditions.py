@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 from specdeploy.api import Condition
-from specdeploy.controller import conditions, drift
+from specdeploy.controller import conditions, diffing
 
 
 def manifest() -> dict[str, Any]:
@@ -33,33 +33,33 @@ def as_stored(want: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_unchanged_child_needs_no_write() -> None:
-    want = drift.stamped(manifest())
-    assert not drift.needs_apply(want, as_stored(want))
+    want = diffing.stamped(manifest())
+    assert not diffing.needs_apply(want, as_stored(want))
 
 
 def test_missing_child_is_applied() -> None:
-    assert drift.needs_apply(drift.stamped(manifest()), None)
+    assert diffing.needs_apply(diffing.stamped(manifest()), None)
 
 
 def test_hand_edited_field_is_repaired() -> None:
-    want = drift.stamped(manifest())
+    want = diffing.stamped(manifest())
     edited = as_stored(want)
     edited["spec"]["template"]["spec"]["containers"][0]["command"] = ["sleep", "inf"]
-    assert drift.needs_apply(want, edited)
+    assert diffing.needs_apply(want, edited)
 
 
 def test_removed_field_in_spec_changes_the_hash() -> None:
     """A field the operator stops setting is still 'a subset'; the hash catches it."""
     old = manifest()
     old["spec"]["template"]["spec"]["nodeSelector"] = {"a": "b"}
-    stored = as_stored(drift.stamped(old))
-    assert drift.needs_apply(drift.stamped(manifest()), stored)
+    stored = as_stored(diffing.stamped(old))
+    assert diffing.needs_apply(diffing.stamped(manifest()), stored)
 
 
 def test_hash_ignores_key_order() -> None:
     a = manifest()
     b = {k: a[k] for k in reversed(list(a))}
-    assert drift.manifest_hash(a) == drift.manifest_hash(b)
+    assert diffing.manifest_hash(a) == diffing.manifest_hash(b)
 
 
 def test_condition_transition_time_moves_only_on_status_change() -> None:

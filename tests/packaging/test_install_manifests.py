@@ -3,7 +3,8 @@
 manifests/install.yaml is ``helm template`` of the chart with default values plus the Namespace.
 Its webhook certificates come from Helm's genCA, different on every render, so the staleness
 check compares the file with certificate data masked. Regenerate (and review the diff) with
-``UPDATE_GOLDEN=1 pytest tests/unit/test_install_manifests.py``.
+``UPDATE_GOLDEN=1 pytest tests/packaging/test_install_manifests.py``. A packaging test: helm is
+built from source (once, then cached) by the session's ``helm_binary`` fixture.
 """
 
 from __future__ import annotations
@@ -41,11 +42,6 @@ metadata:
 """
 
 
-@pytest.fixture(scope="module")
-def helm() -> str:
-    return str(binaries.ensure_helm())
-
-
 def run_helm(helm: str, *args: str) -> str:
     proc = subprocess.run([helm, *args], capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, f"helm {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
@@ -72,14 +68,14 @@ def find(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict
     return next(d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name))
 
 
-def test_install_yaml_is_current(helm: str) -> None:
-    rendered = render_install_yaml(helm)
+def test_install_yaml_is_current(helm_binary: str) -> None:
+    rendered = render_install_yaml(helm_binary)
     if os.environ.get("UPDATE_GOLDEN") == "1":
         INSTALL_YAML.write_text(rendered)
     assert INSTALL_YAML.is_file(), "missing manifests/install.yaml; run with UPDATE_GOLDEN=1"
     assert masked(INSTALL_YAML.read_text()) == masked(rendered), (
         "manifests/install.yaml is stale: regenerate with "
-        "UPDATE_GOLDEN=1 pytest tests/unit/test_install_manifests.py"
+        "UPDATE_GOLDEN=1 pytest tests/packaging/test_install_manifests.py"
     )
 
 
@@ -109,20 +105,19 @@ def test_chart_app_version_is_the_package_version() -> None:
     ],
     ids=["defaults", "namespaces", "cert-manager", "minimal", "catalog"],
 )
-def test_helm_lint_passes(helm: str, values: list[str]) -> None:
-    run_helm(helm, "lint", "--strict", str(CHART), *values)
+def test_helm_lint_passes(helm_binary: str, values: list[str]) -> None:
+    run_helm(helm_binary, "lint", "--strict", str(CHART), *values)
 
 
-def test_schema_rejects_unknown_and_invalid_values(helm: str) -> None:
+def test_schema_rejects_unknown_and_invalid_values(helm_binary: str) -> None:
     for bad in ("webhook.failurePolicy=Sometimes", "replicas=2", "catalog.models.x=1"):
-        proc = subprocess.run(
-            [helm, "template", "x", str(CHART), "--set", bad], capture_output=True, text=True, timeout=60
-        )
+        argv = [helm_binary, "template", "x", str(CHART), "--set", bad]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
         assert proc.returncode != 0, bad
 
 
-def test_operator_pod_is_restricted_and_single(helm: str) -> None:
-    docs = template(helm)
+def test_operator_pod_is_restricted_and_single(helm_binary: str) -> None:
+    docs = template(helm_binary)
     deployment = find(docs, "Deployment")
     assert deployment["spec"]["replicas"] == 1
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
@@ -143,10 +138,10 @@ def test_operator_pod_is_restricted_and_single(helm: str) -> None:
     assert "--webhook-cert-dir=/tls" in container["args"]
 
 
-def test_image_settings(helm: str) -> None:
+def test_image_settings(helm_binary: str) -> None:
     digest = "sha256:" + "a" * 64
     docs = template(
-        helm,
+        helm_binary,
         "--set", "image.registry=registry.example.com",
         "--set", "image.repository=mirror/specdeploy",
         "--set", f"image.digest={digest}",
@@ -189,36 +184,43 @@ CLUSTER = {
 }
 
 
-def test_rbac_is_exactly_what_the_operator_uses(helm: str) -> None:
-    clusterwide = template(helm)
+def test_rbac_is_exactly_what_the_operator_uses(helm_binary: str) -> None:
+    clusterwide = template(helm_binary)
     assert _rules(find(clusterwide, "ClusterRole")) == NAMESPACED | CLUSTER
     assert not [d for d in clusterwide if d["kind"] in ("Role", "RoleBinding")]
 
-    namespaced = template(helm, "--set", "watchNamespaces={a,b}")
+    namespaced = template(helm_binary, "--set", "watchNamespaces={a,b}")
     namespaces = {("", "namespaces", "list"), ("", "namespaces", "watch")}
     assert _rules(find(namespaced, "ClusterRole")) == CLUSTER | namespaces
     roles = [d for d in namespaced if d["kind"] == "Role"]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["a", "b"]
     assert all(_rules(r) == NAMESPACED for r in roles)
     bindings = [d for d in namespaced if d["kind"] == "RoleBinding"]
-    assert all(b["subjects"][0]["namespace"] == INSTALL_NAMESPACE for b in bindings)
+    # One binding per Role, each granting it to the operator's ServiceAccount in the install namespace.
+    granted = sorted(
+        (b["metadata"]["namespace"], b["roleRef"]["kind"], b["roleRef"]["name"]) for b in bindings
+    )
+    assert granted == sorted((r["metadata"]["namespace"], "Role", r["metadata"]["name"]) for r in roles)
+    account = find(namespaced, "ServiceAccount")["metadata"]["name"]
+    subject = {"kind": "ServiceAccount", "name": account, "namespace": INSTALL_NAMESPACE}
+    assert all(b["subjects"] == [subject] for b in bindings)
     for doc in clusterwide + namespaced:
         if doc["kind"] in ("Role", "ClusterRole"):
             assert not [r for r in doc["rules"] if "secrets" in r["resources"] or "*" in r["verbs"]]
 
 
-def test_reading_token_secrets_is_opt_in(helm: str) -> None:
-    docs = template(helm, "--set", "rbac.readTokenSecrets=true", "--set", "watchNamespaces={a}")
+def test_reading_token_secrets_is_opt_in(helm_binary: str) -> None:
+    docs = template(helm_binary, "--set", "rbac.readTokenSecrets=true", "--set", "watchNamespaces={a}")
     (role,) = [d for d in docs if d["kind"] == "Role"]
     assert _rules(role) == NAMESPACED | {("", "secrets", "get")}
     operator = find(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
     assert "--read-token-secrets" in operator["args"]
-    default = find(template(helm), "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    default = find(template(helm_binary), "Deployment")["spec"]["template"]["spec"]["containers"][0]
     assert "--read-token-secrets" not in default["args"]
 
 
-def test_webhook_configuration(helm: str) -> None:
-    docs = template(helm)
+def test_webhook_configuration(helm_binary: str) -> None:
+    docs = template(helm_binary)
     (webhook,) = find(docs, "ValidatingWebhookConfiguration")["webhooks"]
     assert webhook["failurePolicy"] == "Ignore"
     assert webhook["timeoutSeconds"] == 5
@@ -238,7 +240,7 @@ def test_webhook_configuration(helm: str) -> None:
     secret = find(docs, "Secret")
     assert webhook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
 
-    managed = template(helm, "--set", "webhook.certManager.enabled=true")
+    managed = template(helm_binary, "--set", "webhook.certManager.enabled=true")
     vwc = find(managed, "ValidatingWebhookConfiguration")
     assert "caBundle" not in vwc["webhooks"][0]["clientConfig"]
     certificate = find(managed, "Certificate")
@@ -248,7 +250,7 @@ def test_webhook_configuration(helm: str) -> None:
     assert certificate["spec"]["dnsNames"][0] == f"{service['name']}.{INSTALL_NAMESPACE}.svc"
     assert not [d for d in managed if d["kind"] == "Secret"]
 
-    off = template(helm, "--set", "webhook.enabled=false")
+    off = template(helm_binary, "--set", "webhook.enabled=false")
     assert not [d for d in off if d["kind"] in ("ValidatingWebhookConfiguration", "Secret")]
     assert not [a for a in find(off, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
                 if a.startswith("--webhook")]  # fmt: skip
