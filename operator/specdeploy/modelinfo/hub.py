@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from specdeploy.modelinfo.info import DEFAULT_REVISION, ModelUnavailable
+from specdeploy.modelinfo.info import DEFAULT_REVISION, ModelUnavailable, UnavailableReason
 
 _R = TypeVar("_R")
 
@@ -115,10 +115,50 @@ class HubFetcher:
         )
 
     def _with_retries(self, filename: str, call: Callable[[], _R], *, required: bool) -> _R | None:
+        """``call()``, retried on transient failures; permanent ones raise at once (or give None
+        for an optional file that is not there)."""
+        from huggingface_hub.errors import FileMetadataError, HfHubHTTPError, HFValidationError
+
+        # Listed in huggingface_hub.utils.__all__ (built at run time, so mypy cannot see it).
+        # Connection and timeout failures reach us as these httpx errors: none of
+        # huggingface_hub's own error classes covers them.
+        from huggingface_hub.utils import httpx  # type: ignore[attr-defined]
+
+        failures = (HfHubHTTPError, HFValidationError, FileMetadataError, httpx.TransportError, OSError)
+        delays = self.retry.delays()
+        last = ""
+        for attempt in range(len(delays) + 1):
+            try:
+                return call()
+            except failures as exc:
+                if not required and self._file_absent(exc):
+                    return None
+                failure = self._permanent(exc, filename)
+                if failure is not None:
+                    raise failure from exc
+                status = _http_status(exc)
+                last = f"HTTP {status}" if status is not None else str(exc) or type(exc).__name__
+            if attempt < len(delays):
+                self.sleep(delays[attempt])
+        raise ModelUnavailable(
+            "HubUnreachable",
+            self.model,
+            f"cannot fetch {filename} of {self.model}@{self.revision} from "
+            f"{self.endpoint or 'the Hub'} after {len(delays) + 1} attempts: {last}",
+        )
+
+    def _file_absent(self, exc: Exception) -> bool:
+        """The repository answered and the file is not there (or, offline, not in the cache)."""
+        from huggingface_hub.errors import LocalEntryNotFoundError, RemoteEntryNotFoundError
+
+        return isinstance(exc, RemoteEntryNotFoundError) or (
+            isinstance(exc, LocalEntryNotFoundError) and self.offline
+        )
+
+    def _permanent(self, exc: Exception, filename: str) -> ModelUnavailable | None:
+        """What a failure that retrying cannot fix means for the model; None when it may pass."""
         from huggingface_hub.errors import (
-            FileMetadataError,
             GatedRepoError,
-            HfHubHTTPError,
             HFValidationError,
             LocalEntryNotFoundError,
             RemoteEntryNotFoundError,
@@ -126,75 +166,37 @@ class HubFetcher:
             RevisionNotFoundError,
         )
 
-        # Listed in huggingface_hub.utils.__all__ (built at run time, so mypy cannot see it).
-        from huggingface_hub.utils import httpx  # type: ignore[attr-defined]
+        model, where, status = self.model, f"{self.model}@{self.revision}", _http_status(exc)
 
-        where = f"{self.model}@{self.revision}"
-        delays = self.retry.delays()
-        last = ""
-        for attempt in range(len(delays) + 1):
-            try:
-                return call()
-            except RemoteEntryNotFoundError as exc:
-                if not required:
-                    return None
-                raise ModelUnavailable(
-                    "ModelNotFound", self.model, f"{where} has no {filename}"
-                ) from exc
-            except LocalEntryNotFoundError as exc:
-                if self.offline:
-                    if not required:
-                        return None
-                    raise ModelUnavailable(
-                        "HubUnreachable",
-                        self.model,
-                        f"offline mode: {filename} of {where} is not in the local cache",
-                    ) from exc
-                last = str(exc)
-            except GatedRepoError as exc:
-                raise ModelUnavailable(
-                    "GatedOrUnauthorized", self.model, f"{self.model} is gated: the token grants no access"
-                ) from exc
-            except RevisionNotFoundError as exc:
-                raise ModelUnavailable(
-                    "ModelNotFound", self.model, f"revision {self.revision} of {self.model} does not exist"
-                ) from exc
-            except RepositoryNotFoundError as exc:
-                status = exc.response.status_code if exc.response is not None else None
-                if status == 403:
-                    raise ModelUnavailable(
-                        "GatedOrUnauthorized", self.model, f"access to {self.model} is forbidden (HTTP 403)"
-                    ) from exc
-                raise ModelUnavailable(
-                    "ModelNotFound",
-                    self.model,
-                    f"{self.model} was not found on the Hub (or it is private and no valid token was given)",
-                ) from exc
-            except HFValidationError as exc:
-                raise ModelUnavailable(
-                    "ModelNotFound", self.model, f"{self.model} is neither a Hub id nor a local directory"
-                ) from exc
-            except HfHubHTTPError as exc:
-                status = exc.response.status_code if exc.response is not None else None
-                if status in (401, 403):
-                    raise ModelUnavailable(
-                        "GatedOrUnauthorized", self.model, f"{where}: HTTP {status} fetching {filename}"
-                    ) from exc
-                if status is not None and 400 <= status < 500 and status not in (408, 429):
-                    raise ModelUnavailable(
-                        "ModelNotFound", self.model, f"{where}: HTTP {status} fetching {filename}"
-                    ) from exc
-                last = f"HTTP {status}"
-            # Connection and timeout failures reach us as httpx2 errors, which huggingface_hub exports
-            # as ``huggingface_hub.utils.httpx``: none of its own error classes covers them.
-            except (httpx.TransportError, FileMetadataError, OSError) as exc:
-                last = str(exc) or type(exc).__name__
-            if attempt < len(delays):
-                self.sleep(delays[attempt])
-        attempts = len(delays) + 1
-        raise ModelUnavailable(
-            "HubUnreachable",
-            self.model,
-            f"cannot fetch {filename} of {where} from {self.endpoint or 'the Hub'} "
-            f"after {attempts} attempts: {last}",
-        )
+        def fail(reason: UnavailableReason, message: str) -> ModelUnavailable:
+            return ModelUnavailable(reason, model, message)
+
+        if isinstance(exc, RemoteEntryNotFoundError):
+            return fail("ModelNotFound", f"{where} has no {filename}")
+        if isinstance(exc, LocalEntryNotFoundError):
+            offline = f"offline mode: {filename} of {where} is not in the local cache"
+            return fail("HubUnreachable", offline) if self.offline else None
+        if isinstance(exc, GatedRepoError):
+            return fail("GatedOrUnauthorized", f"{model} is gated: the token grants no access")
+        if isinstance(exc, RevisionNotFoundError):
+            return fail("ModelNotFound", f"revision {self.revision} of {model} does not exist")
+        if isinstance(exc, RepositoryNotFoundError) and status == 403:
+            return fail("GatedOrUnauthorized", f"access to {model} is forbidden (HTTP 403)")
+        if isinstance(exc, RepositoryNotFoundError):
+            private = "(or it is private and no valid token was given)"
+            return fail("ModelNotFound", f"{model} was not found on the Hub {private}")
+        if isinstance(exc, HFValidationError):
+            return fail("ModelNotFound", f"{model} is neither a Hub id nor a local directory")
+        if status in (401, 403):
+            return fail("GatedOrUnauthorized", f"{where}: HTTP {status} fetching {filename}")
+        if status is not None and 400 <= status < 500 and status not in (408, 429):
+            return fail("ModelNotFound", f"{where}: HTTP {status} fetching {filename}")
+        return None
+
+
+def _http_status(exc: Exception) -> int | None:
+    """The HTTP status of a huggingface_hub HTTP error (None for other failures)."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    response = exc.response if isinstance(exc, HfHubHTTPError) else None
+    return None if response is None else int(response.status_code)
