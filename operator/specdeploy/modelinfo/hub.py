@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from specdeploy.modelinfo.info import DEFAULT_REVISION, ModelUnavailable, UnavailableReason
+from specdeploy.modelinfo.info import ModelUnavailable, UnavailableReason
 
 _R = TypeVar("_R")
 
@@ -30,32 +30,21 @@ class RetryPolicy:
         return [min(self.max_delay, self.initial_delay * 2**i) for i in range(max(0, self.attempts - 1))]
 
 
+@dataclass(frozen=True)
 class HubFetcher:
     """One model's Hub downloads, with a retry policy and error mapping.
 
     huggingface_hub retries a failed HEAD inside hf_hub_download for up to half a minute, so each
     attempt first makes one HEAD without retries and only then downloads; the backoff is ours."""
 
-    def __init__(
-        self,
-        model: str,
-        revision: str | None,
-        *,
-        token: str | None,
-        endpoint: str | None,
-        offline: bool,
-        cache_dir: str | None,
-        retry: RetryPolicy,
-        sleep: Callable[[float], None],
-    ) -> None:
-        self.model = model
-        self.revision = revision or DEFAULT_REVISION
-        self.token = token
-        self.endpoint = endpoint
-        self.offline = offline
-        self.cache_dir = cache_dir
-        self.retry = retry
-        self.sleep = sleep
+    model: str
+    revision: str
+    token: str | None
+    endpoint: str | None
+    offline: bool
+    cache_dir: str | None
+    retry: RetryPolicy
+    sleep: Callable[[float], None]
 
     def file(self, filename: str, *, required: bool) -> Path | None:
         from huggingface_hub import hf_hub_download

@@ -183,7 +183,7 @@ class ModelResolver:
         offline = offline or constants.is_offline_mode()
         fetch = HubFetcher(
             model,
-            revision,
+            revision or DEFAULT_REVISION,
             token=token,
             endpoint=endpoint,
             offline=offline,
