@@ -20,6 +20,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import psutil
 from kubernetes import client, config
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
@@ -28,7 +29,7 @@ from specdeploy import api
 from specdeploy.sandbox import nodes
 from specdeploy.sandbox.binaries import ensure_kubectl
 from specdeploy.sandbox.cluster import Sandbox
-from specdeploy.sandbox.operator_process import start_operator
+from specdeploy.sandbox.operator_process import LocalOperator, start_operator
 
 REPO = Path(__file__).resolve().parents[1]
 CRD = REPO / "crds" / "specdeploy.io_speculativedeployments.yaml"
@@ -80,12 +81,10 @@ def reconciles(samples: list[Sample]) -> float:
 
 
 def proc_usage(pid: int) -> tuple[float, float]:
-    """(CPU seconds, resident MiB) of a process, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    cpu = (int(fields[11]) + int(fields[12])) / ticks
-    rss_pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
-    return cpu, rss_pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    """(CPU seconds, resident MiB) of a process: psutil reads them portably, without parsing /proc."""
+    process = psutil.Process(pid)
+    times = process.cpu_times()
+    return times.user + times.system, process.memory_info().rss / 2**20
 
 
 def ready_count(custom: client.CustomObjectsApi) -> int:
@@ -122,9 +121,9 @@ def settle(url: str, quiet: float, timeout: float) -> tuple[float, float]:
     return flat_since - started, last
 
 
-def run(kubeconfig: Path, count: int, workdir: Path, timeout: float) -> dict[str, Any]:
-    config.load_kube_config(str(kubeconfig))
-    core, custom = client.CoreV1Api(), client.CustomObjectsApi()
+def prepare_cluster(kubeconfig: Path, count: int) -> None:
+    """The CRD, enough GPU nodes for ``count`` single-GPU pairs and the namespace: all the operator needs."""
+    core = client.CoreV1Api()
     subprocess.run(
         [str(ensure_kubectl()), f"--kubeconfig={kubeconfig}", "apply", "--server-side", "-f", str(CRD)],
         check=True,
@@ -146,50 +145,60 @@ def run(kubeconfig: Path, count: int, workdir: Path, timeout: float) -> dict[str
         )
     core.create_namespace({"metadata": {"name": NAMESPACE}})
 
-    operator = start_operator(kubeconfig, workdir / "operator.log", webhook_dir=None)
-    results: dict[str, Any] = {"resources": count}
-    try:
-        base_cpu, base_rss = proc_usage(operator.process.pid)
-        results["operator_idle_rss_mib"] = round(base_rss, 1)
-        started = time.monotonic()
-        for i in range(count):
-            custom.create_namespaced_custom_object(api.GROUP, api.VERSION, NAMESPACE, api.PLURAL, resource(i))
-        results["create_seconds"] = round(time.monotonic() - started, 1)
-        results["all_ready_seconds"] = round(
-            results["create_seconds"]
-            + wait("all Ready", lambda: ready_count(custom) == count, timeout, interval=5.0),
-            1,
-        )
-        cpu, rss = proc_usage(operator.process.pid)
-        samples = scrape(operator.metrics_url)
-        results["operator_cpu_seconds_to_ready"] = round(cpu - base_cpu, 1)
-        results["operator_rss_mib_at_ready"] = round(rss, 1)
-        results["writes_per_resource_to_ready"] = round(writes(samples) / count, 2)
-        results["reconciles_per_resource_to_ready"] = round(reconciles(samples) / count, 2)
-        results["mean_reconcile_ms"] = round(
-            1000
-            * value(samples, "specdeploy_reconcile_duration_seconds_sum")
-            / value(samples, "specdeploy_reconcile_duration_seconds_count"),
-            2,
-        )
 
-        # Ready can precede the last rollout transitions (Progressing=False) under load: wait
-        # until the write counter has been flat before measuring the idle window.
-        settle_seconds, settled_writes = settle(operator.metrics_url, SETTLE_QUIET_S, timeout)
-        results["settle_after_ready_seconds"] = round(settle_seconds, 1)
-        results["writes_per_resource_settled"] = round(settled_writes / count, 2)
-        samples = scrape(operator.metrics_url)
-        cpu, _ = proc_usage(operator.process.pid)
-        time.sleep(IDLE_WINDOW_S)
-        idle = scrape(operator.metrics_url)
-        cpu_idle, _ = proc_usage(operator.process.pid)
-        results["idle_30s_writes"] = writes(idle) - writes(samples)
-        results["reconciles_by_outcome"] = by_label(idle, "specdeploy_reconciles_total", "outcome")
-        results["writes_by_kind"] = by_label(idle, "specdeploy_writes_total", "kind")
-        results["idle_30s_cpu_seconds"] = round(cpu_idle - cpu, 2)
-    finally:
-        operator.stop()
+def measure_to_ready(operator: LocalOperator, count: int, timeout: float) -> dict[str, Any]:
+    """Create ``count`` resources and measure the operator's cost until every one is Ready."""
+    custom = client.CustomObjectsApi()
+    results: dict[str, Any] = {}
+    base_cpu, base_rss = proc_usage(operator.process.pid)
+    results["operator_idle_rss_mib"] = round(base_rss, 1)
+    started = time.monotonic()
+    for i in range(count):
+        custom.create_namespaced_custom_object(api.GROUP, api.VERSION, NAMESPACE, api.PLURAL, resource(i))
+    results["create_seconds"] = round(time.monotonic() - started, 1)
+    results["all_ready_seconds"] = round(
+        results["create_seconds"]
+        + wait("all Ready", lambda: ready_count(custom) == count, timeout, interval=5.0),
+        1,
+    )
+    cpu, rss = proc_usage(operator.process.pid)
+    samples = scrape(operator.metrics_url)
+    results["operator_cpu_seconds_to_ready"] = round(cpu - base_cpu, 1)
+    results["operator_rss_mib_at_ready"] = round(rss, 1)
+    results["writes_per_resource_to_ready"] = round(writes(samples) / count, 2)
+    results["reconciles_per_resource_to_ready"] = round(reconciles(samples) / count, 2)
+    results["mean_reconcile_ms"] = round(
+        1000
+        * value(samples, "specdeploy_reconcile_duration_seconds_sum")
+        / value(samples, "specdeploy_reconcile_duration_seconds_count"),
+        2,
+    )
+    return results
 
+
+def measure_idle(operator: LocalOperator, count: int, timeout: float) -> dict[str, Any]:
+    """What a settled operator still costs: writes and CPU over an idle window of IDLE_WINDOW_S."""
+    results: dict[str, Any] = {}
+    # Ready can precede the last rollout transitions (Progressing=False) under load: wait
+    # until the write counter has been flat before measuring the idle window.
+    settle_seconds, settled_writes = settle(operator.metrics_url, SETTLE_QUIET_S, timeout)
+    results["settle_after_ready_seconds"] = round(settle_seconds, 1)
+    results["writes_per_resource_settled"] = round(settled_writes / count, 2)
+    samples = scrape(operator.metrics_url)
+    cpu, _ = proc_usage(operator.process.pid)
+    time.sleep(IDLE_WINDOW_S)
+    idle = scrape(operator.metrics_url)
+    cpu_idle, _ = proc_usage(operator.process.pid)
+    results["idle_30s_writes"] = writes(idle) - writes(samples)
+    results["reconciles_by_outcome"] = by_label(idle, "specdeploy_reconciles_total", "outcome")
+    results["writes_by_kind"] = by_label(idle, "specdeploy_writes_total", "kind")
+    results["idle_30s_cpu_seconds"] = round(cpu_idle - cpu, 2)
+    return results
+
+
+def measure_restart(kubeconfig: Path, workdir: Path, count: int, timeout: float) -> dict[str, Any]:
+    """A fresh operator over existing resources: how long its resync takes and what it writes."""
+    results: dict[str, Any] = {}
     restarted = start_operator(kubeconfig, workdir / "operator-restart.log", webhook_dir=None)
     try:
         started = time.monotonic()
@@ -203,6 +212,21 @@ def run(kubeconfig: Path, count: int, workdir: Path, timeout: float) -> dict[str
         _, results["restart_writes"] = settle(restarted.metrics_url, RESTART_QUIET_S, timeout)
     finally:
         restarted.stop()
+    return results
+
+
+def run(kubeconfig: Path, count: int, workdir: Path, timeout: float) -> dict[str, Any]:
+    """Every measurement in order; the first operator is stopped before the restarted one starts."""
+    config.load_kube_config(str(kubeconfig))
+    prepare_cluster(kubeconfig, count)
+    results: dict[str, Any] = {"resources": count}
+    operator = start_operator(kubeconfig, workdir / "operator.log", webhook_dir=None)
+    try:
+        results.update(measure_to_ready(operator, count, timeout))
+        results.update(measure_idle(operator, count, timeout))
+    finally:
+        operator.stop()
+    results.update(measure_restart(kubeconfig, workdir, count, timeout))
     return results
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -271,6 +272,27 @@ def _reconciles(operator: LocalOperator, outcome: str = "") -> float:
     return sum(value for label, value in counts if not outcome or label == outcome)
 
 
+class _RoseThenQuiet:
+    """A wait_for predicate: true once ``read()`` rose by ``at_least`` and then stayed put for ``quiet`` s.
+
+    Stopping as soon as the counter rises would end a window while reconciles caused by the same
+    events (the controllers' own status updates after them) may still be coming; a quiet period
+    after the rise lets every one of them finish inside it.
+    """
+
+    def __init__(self, read: Callable[[], float], at_least: float, quiet: float) -> None:
+        self.read, self.at_least, self.quiet = read, at_least, quiet
+        self.start = self.last = read()
+        self.changed = time.monotonic()
+
+    def __call__(self) -> bool:
+        now = self.read()
+        if now != self.last:
+            # Timed from when the change is seen, so the quiet period is never shorter than asked.
+            self.last, self.changed = now, time.monotonic()
+        return now - self.start >= self.at_least and time.monotonic() - self.changed >= self.quiet
+
+
 def _settled(kubectl: Kubectl, namespace: str, name: str) -> bool:
     """The rollout is complete in the status and its transition's event is posted: the last writes
     the operator makes for a new resource (the event follows the status patch)."""
@@ -293,7 +315,7 @@ def test_unchanged_resource_reconciles_with_zero_writes(
     # The filter below sees the writes that made the resource, so an empty result later means something.
     assert _operator_writes(cluster.audit_log, namespace, created), "the audit log shows no operator write"
     mark = cluster.audit_log.stat().st_size
-    before = _reconciles(operator)
+    reconciled = _RoseThenQuiet(lambda: _reconciles(operator), at_least=3, quiet=3.0)
     # Three events that each make the operator reconcile an unchanged resource: a label on the
     # resource, and a label on each child (the children's watch triggers the parent). Labels,
     # not annotations: a Deployment's generation moves with its annotations, which is a real
@@ -301,8 +323,9 @@ def test_unchanged_resource_reconciles_with_zero_writes(
     for kind in ("sdep", "deployment", "service"):
         kubectl("label", kind, "qwen3-30b-a3b-eagle3", "touched=1", namespace=namespace)
     # The operator sees those events: it reconciles at least once per event. A reconcile is
-    # counted after its writes returned, so every write it made is in the audit log by then.
-    wait_for(lambda: _reconciles(operator) - before >= 3, 30, "a reconcile per touched object")
+    # counted after its writes returned, so every write it made is in the audit log by then; the
+    # quiet period after the rise also takes in the reconciles that follow-up events cause.
+    wait_for(reconciled, 30, "a reconcile per touched object, then 3 s without one")
     writes = _operator_writes(cluster.audit_log, namespace, mark)
     assert writes == [], [(w["verb"], w["objectRef"]) for w in writes]
 

@@ -252,18 +252,10 @@ def test_a_node_added_at_runtime_takes_a_pending_pod(
         kubectl.run("delete", "node", node, "--wait=false")
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
 def test_down_stops_every_process_and_frees_every_port(tmp_path: Path) -> None:
     """Drives the CLI like a user: up returns with the cluster still running, down cleans up."""
     from specdeploy.sandbox.cluster import COMPONENTS, Sandbox
-    from specdeploy.sandbox.processes import port_is_free
+    from specdeploy.sandbox.processes import pid_alive, port_is_free
 
     name = f"pytest-down-{os.getpid()}"
     nodes_file = tmp_path / "nodes.yaml"
@@ -297,7 +289,9 @@ def test_down_stops_every_process_and_frees_every_port(tmp_path: Path) -> None:
         state = json.loads(sandbox.state_file.read_text())
         processes = state["processes"]
         assert set(processes) >= set(COMPONENTS)
-        assert all(_pid_alive(p["pid"]) for p in processes.values()), "up must leave the cluster running"
+        # With the recorded start time, a pid the kernel reused for another process never counts.
+        alive = [pid_alive(p["pid"], p.get("start_time")) for p in processes.values()]
+        assert all(alive), "up must leave the cluster running"
 
         again = cli("up")
         assert again.returncode == 0, again.stderr
@@ -310,7 +304,7 @@ def test_down_stops_every_process_and_frees_every_port(tmp_path: Path) -> None:
 
         down = cli("down")
         assert down.returncode == 0, down.stderr
-        assert not [p["pid"] for p in processes.values() if _pid_alive(p["pid"])]
+        assert not [p["pid"] for p in processes.values() if pid_alive(p["pid"], p.get("start_time"))]
         ports = [port for p in processes.values() for port in p["ports"]]
         assert len(ports) >= 5
         assert all(port_is_free(port) for port in ports)

@@ -19,6 +19,9 @@ def test_seed_pair_is_compatible(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", QWEN3_30B, RH_30B]) == 0
     out = capsys.readouterr().out
     assert "PairingVerified=True (Compatible)" in out and "hiddenSize" in out
+    # Catalog models: the check says which facts it relied on.
+    for model in (QWEN3_30B, RH_30B):
+        assert f"note: {model}: the catalog's facts (" in out
 
 
 def test_sglang_seed_pair_is_compatible_as_json(capsys: pytest.CaptureFixture[str]) -> None:
@@ -37,6 +40,7 @@ def test_sglang_seed_pair_is_compatible_as_json(capsys: pytest.CaptureFixture[st
     document = json.loads(capsys.readouterr().out)
     assert (document["verified"], document["engine"]) == ("True", "sglang")
     assert {c["name"] for c in document["checks"]} >= {"hiddenSize", "vocabulary", "engineSupport"}
+    assert len(document["notes"]) == 2 and all("the catalog's facts (" in note for note in document["notes"])
 
 
 def test_mismatched_pair_exits_1_and_opt_out_exits_0(capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,6 +2,8 @@
 
 Timers and the clock are injected, so every scenario runs without real sleeps: a fake ``call_later``
 records (delay, callback) and the test fires callbacks itself; passes block on events the test sets.
+One file past 400 lines on purpose: it is one contract (WorkQueue and WriteLedger), scenario by
+scenario, sharing one harness.
 """
 
 from __future__ import annotations

@@ -39,6 +39,9 @@ def test_plan_text_shows_plan_and_alternatives(tmp_path: Path, capsys: pytest.Ca
     assert "Alternatives considered:" in out
     assert "1   H100 80GB  chosen" in out
     assert "2   A100 40GB  fits; not preferred" in out
+    # Only the verifier was named: the plan says where the speculator came from.
+    speculator = "RedHatAI/Qwen3-30B-A3B-Instruct-2507-speculator.eagle3"
+    assert f"Pair:\n  speculator {speculator} is the catalog's recommendation" in out
 
 
 def test_plan_json_is_status_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

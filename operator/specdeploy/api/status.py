@@ -64,7 +64,7 @@ class Plan(ApiModel):
 
 
 class Acceptance(ApiModel):
-    """Speculative decoding acceptance, read from the engine's metrics."""
+    """Speculative decoding acceptance from the engines' metrics (the ACCEPTANCE column); not yet filled."""
 
     rate: str | None = None
     mean_length: str | None = None

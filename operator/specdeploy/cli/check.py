@@ -9,7 +9,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from specdeploy.modelinfo import ModelInfo
 
 STATUS_MARK = {"Passed": "ok", "Failed": "FAIL", "Warning": "warn", "Skipped": "skip"}
 
@@ -65,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     report = check_pair(
         verifier, speculator, engine=args.engine, allow_verifier_mismatch=args.allow_verifier_mismatch
     )
+    notes = _notes(verifier, speculator)
     if args.output == "json":
         document = {
             "verifier": report.verifier_id,
@@ -76,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
             "warnings": report.warnings,
             "checks": [c.model_dump(by_alias=True) for c in report.checks],
             "sources": {"verifier": verifier.source, "speculator": speculator.source},
+            "notes": notes,
         }
         print(json.dumps(document, indent=2))
     else:
@@ -83,4 +88,17 @@ def run(args: argparse.Namespace) -> int:
         for c in report.checks:
             print(f"{STATUS_MARK[c.status]:<5} {c.name:<{width}}  {c.reason}: {c.message}")
         print(f"PairingVerified={report.verified} ({report.reason}): {report.message}")
+        for note in notes:
+            print(f"note: {note}")
     return 1 if report.verified == "False" else 0
+
+
+def _notes(*models: ModelInfo) -> list[str]:
+    """Where catalog facts came from, and why they stood in for the Hub: what the check relied on."""
+    notes = []
+    for model in models:
+        if model.provenance:
+            notes.append(f"{model.model_id}: the catalog's facts ({model.provenance})")
+        if model.note:
+            notes.append(f"{model.model_id}: {model.note}")
+    return notes

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -98,8 +99,8 @@ def _plan_dict(outcome: PlanOutcome) -> dict[str, Any] | None:
     return outcome.plan.model_dump(by_alias=True, exclude_none=True) if outcome.plan else None
 
 
-def render_text(name: str, outcome: PlanOutcome, inventory: Inventory) -> str:
-    """The plan (or why nothing fits), the inventory and the alternatives table."""
+def render_text(name: str, outcome: PlanOutcome, inventory: Inventory, notes: Sequence[str] = ()) -> str:
+    """The plan (or why nothing fits), how the pair was chosen, the inventory and the alternatives."""
     from specdeploy.planning.gpus import display_name
 
     lines = [f"{name or 'resource'}: {outcome.reason}"]
@@ -117,6 +118,8 @@ def render_text(name: str, outcome: PlanOutcome, inventory: Inventory) -> str:
             f"{estimate.max_model_len} tokens x {estimate.sequences} sequences; "
             f"gpuMemoryUtilization {estimate.utilization}; {estimate.reserve_gib} GiB reserve per GPU"
         )
+    if notes:
+        lines += ["", "Pair:", *(f"  {note}" for note in notes)]
     lines += ["", "GPU inventory:", *(f"  {line}" for line in inventory.describe().splitlines())]
     if outcome.alternatives:
         rows = [
@@ -165,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
             if args.output == "json":
                 print(f"error: {name or args.filename}: {outcome.reason}: {outcome.message}", file=sys.stderr)
         plans.append(_plan_dict(outcome))
-        texts.append(render_text(name, outcome, inventory))
+        texts.append(render_text(name, outcome, inventory, resolved.notes))
     if args.output == "json":
         fitting = [p for p in plans if p is not None]
         if fitting:

@@ -1,4 +1,5 @@
-"""kopf registration: the only module that imports kopf.
+"""kopf registration: every watch, index and handler (only this module and ``controller.main``,
+which starts kopf, import kopf).
 
 Watches and indices feed the reconciler (``controller.reconcile``) with keys and the newest
 watched objects; everything the process holds lives in kopf's memo (an :class:`OperatorMemo`
@@ -7,7 +8,6 @@ built by ``controller.main``), nothing in module globals.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -105,7 +105,6 @@ def configure(settings: kopf.OperatorSettings, memo: OperatorMemo, **_: Any) -> 
     settings.watching.client_timeout = 330
     settings.watching.connect_timeout = 30
     settings.networking.request_timeout = 60
-    settings.posting.level = logging.WARNING
     settings.queueing.error_delays = [1, 2, 5, 10, 30, 60]
     if memo.webhook is not None:
         server = memo.webhook

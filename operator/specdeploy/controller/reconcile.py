@@ -179,7 +179,7 @@ class Reconciler:
             return
         if not diffing.needs_apply(want, current):
             return
-        log.info("applying %s %s/%s", kind, *key)
+        log.debug("applying %s %s/%s", kind, *key)
         await self._run(self.kube.apply, want)
         metrics.WRITES.labels(kind).inc()
         self.ledger.remember(kind, key, fingerprint, version)

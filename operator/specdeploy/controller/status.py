@@ -101,20 +101,22 @@ def status_for(
     replicas, ready, updated, _ = _rollout(deployment, spec_replicas)
     conds = [*lifecycle_conditions(result, deployment, spec_replicas), *result.conditions]
     merged, transitions = conditions.merge(current.get("conditions") or [], conds, generation)
-    fields = result.status.model_dump(by_alias=True, exclude_none=True, exclude_unset=True)
-    if result.blocked:
+    observed = result.status.model_copy(
+        update={
+            "observed_generation": generation,
+            "replicas": replicas,
+            "ready_replicas": ready,
+            "updated_replicas": updated,
+            "conditions": [Condition.model_validate(c) for c in merged],
+        }
+    )
+    # Only the fields this reconcile decided: an unset one is removed from the stored status.
+    desired = observed.model_dump(by_alias=True, exclude_none=True, include=observed.model_fields_set)
+    if result.blocked and deployment is not None:
         # Keep what is still running visible; the plan and command of a blocked spec are not.
         for kept in ("command", "endpoint", "selector", "tensorParallelSize"):
-            if kept in current and kept not in fields and deployment is not None:
-                fields[kept] = current[kept]
-    desired = {
-        **fields,
-        "observedGeneration": generation,
-        "replicas": replicas,
-        "readyReplicas": ready,
-        "updatedReplicas": updated,
-        "conditions": merged,
-    }
+            if kept in current and kept not in desired:
+                desired[kept] = current[kept]
     unchanged = (
         conditions.same(current.get("conditions") or [], merged)
         and all(current.get(k) == v for k, v in desired.items() if k != "conditions")

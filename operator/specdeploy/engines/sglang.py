@@ -61,7 +61,7 @@ OWNED_FLAGS: tuple[OwnedFlag, ...] = (
     ),
     OwnedFlag(("--context-length",), "spec.maxModelLen"),
     OwnedFlag(("--served-model-name",), "spec.servedModelName"),
-    OwnedFlag(("--enable-metrics",), "nothing: metrics are always on (status reads acceptance from them)"),
+    OwnedFlag(("--enable-metrics",), "nothing: metrics are always on"),
 )
 
 

@@ -49,6 +49,19 @@ def draft_format(config: Mapping[str, Any]) -> DraftFormat:
     return "unknown"
 
 
+def draft_method(config: Mapping[str, Any]) -> str | None:
+    """The speculative method a draft checkpoint was trained for (``eagle3``, ``eagle``, ...), or None."""
+    fmt = draft_format(config)
+    if fmt == "speculators":
+        return str(config["speculators_model_type"])
+    return None if fmt == "unknown" else fmt
+
+
+def is_eagle3_draft(config: Mapping[str, Any]) -> bool:
+    """An EAGLE-3 draft, in either format: the pairing check's method rule and the planner's sizing."""
+    return draft_method(config) == "eagle3"
+
+
 def draft_layer_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
     """The draft's decoder-layer config: speculators nest it under ``transformer_layer_config``."""
     layer = config.get("transformer_layer_config")

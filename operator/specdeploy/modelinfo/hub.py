@@ -106,14 +106,15 @@ class HubFetcher:
     def _with_retries(self, filename: str, call: Callable[[], _R], *, required: bool) -> _R | None:
         """``call()``, retried on transient failures; permanent ones raise at once (or give None
         for an optional file that is not there)."""
-        from huggingface_hub.errors import FileMetadataError, HfHubHTTPError, HFValidationError
+        from huggingface_hub.errors import FileMetadataError, HFValidationError
 
-        # Listed in huggingface_hub.utils.__all__ (built at run time, so mypy cannot see it).
-        # Connection and timeout failures reach us as these httpx errors: none of
-        # huggingface_hub's own error classes covers them.
+        # huggingface_hub re-exports its HTTP client as ``huggingface_hub.utils.httpx`` ("for
+        # downstream libraries across major versions"; in __all__, built at run time, so mypy cannot
+        # see it). Its HTTPError is the base of the hub's status errors and of the connection and
+        # timeout errors, which none of huggingface_hub's own classes wraps.
         from huggingface_hub.utils import httpx  # type: ignore[attr-defined]
 
-        failures = (HfHubHTTPError, HFValidationError, FileMetadataError, httpx.TransportError, OSError)
+        failures = (httpx.HTTPError, HFValidationError, FileMetadataError, OSError)
         delays = self.retry.delays()
         last = ""
         for attempt in range(len(delays) + 1):

@@ -72,17 +72,6 @@ class ModelResolver:
     def _key(model: str, revision: str | None, endpoint: str | None) -> _CacheKey:
         return (model_key(model), revision or DEFAULT_REVISION, (endpoint or "").rstrip("/") or None)
 
-    def peek(
-        self, model: str, revision: str | None = None, *, endpoint: str | None = None
-    ) -> ModelInfo | None:
-        """What is known without any network call: a local directory, the cache or the catalog.
-
-        The admission webhook uses this to decide within its deadline."""
-        try:
-            return self.resolve(model, revision, endpoint=endpoint, network=False)
-        except ModelUnavailable:
-            return None
-
     def resolve(
         self,
         model: str,
@@ -133,11 +122,6 @@ class ModelResolver:
             raise
         self._store(key, found)
         return found
-
-    def clear(self) -> None:
-        with self._lock:
-            self._cache.clear()
-            self._negative.clear()
 
     def _cached(self, key: _CacheKey, want_tokenizer: bool) -> ModelInfo | None:
         with self._lock:

@@ -6,7 +6,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from specdeploy.modelinfo.config import DraftFormat, architectures, as_int, draft_format, draft_layer_config
+from specdeploy.modelinfo.config import (
+    DraftFormat,
+    architectures,
+    as_int,
+    draft_format,
+    draft_layer_config,
+    draft_method,
+)
 
 
 @dataclass(frozen=True)
@@ -46,7 +53,7 @@ def draft_facts(config: Mapping[str, Any]) -> DraftFacts:
         aux = config.get("eagle_aux_hidden_state_layer_ids")
         return DraftFacts(
             format="speculators",
-            method=str(config["speculators_model_type"]),
+            method=draft_method(config),
             architecture=architecture,
             hidden_size=as_int(layer.get("hidden_size")) or as_int(config.get("hidden_size")),
             target_hidden_size=as_int(config.get("target_hidden_size")),
@@ -61,7 +68,7 @@ def draft_facts(config: Mapping[str, Any]) -> DraftFacts:
     aux = eagle_cfg.get("eagle_aux_hidden_state_layer_ids", config.get("eagle_aux_hidden_state_layer_ids"))
     return DraftFacts(
         format=fmt,
-        method=fmt if fmt != "unknown" else None,
+        method=draft_method(config),
         architecture=architecture,
         hidden_size=as_int(config.get("hidden_size")),
         target_hidden_size=as_int(config.get("target_hidden_size")),

@@ -30,14 +30,13 @@ class PairingError(Exception):
 
 @dataclass(frozen=True)
 class ResolvedPair:
-    """The pair a spec means, after the shorthands: ids, metadata and how each was chosen."""
+    """The pair a spec means, after the shorthands: ids, metadata, and ``notes`` saying how a model
+    not named in the spec was chosen (or whose facts stood in for it); ``specdeploy plan`` shows them."""
 
     verifier_id: str
     speculator_id: str
     verifier: ModelInfo
     speculator: ModelInfo
-    verifier_from: Literal["spec", "speculator", "catalog"]
-    speculator_from: Literal["spec", "catalog"]
     notes: list[str] = field(default_factory=list)
 
 
@@ -87,26 +86,18 @@ def resolve_pair(
     Raises PairingError (NoKnownSpeculator, VerifierNotDeclared) or ModelUnavailable."""
     lookup = _Lookup(spec, resolver, overrides or {}, token, want_tokenizer, offline)
     notes: list[str] = []
-    speculator_id, speculator_from = _speculator_id(spec, notes)
+    speculator_id = _speculator_id(spec, notes)
     speculator = lookup("speculator", speculator_id)
-    verifier_id, verifier_from = _verifier_id(spec, speculator_id, speculator, notes)
-    return ResolvedPair(
-        verifier_id=verifier_id,
-        speculator_id=speculator_id,
-        verifier=lookup("verifier", verifier_id),
-        speculator=speculator,
-        verifier_from=verifier_from,
-        speculator_from=speculator_from,
-        notes=notes,
-    )
+    verifier_id = _verifier_id(spec, speculator_id, speculator, notes)
+    verifier = lookup("verifier", verifier_id)
+    notes += [model.note for model in (verifier, speculator) if model.note]
+    return ResolvedPair(verifier_id, speculator_id, verifier, speculator, notes)
 
 
-def _speculator_id(
-    spec: api.SpeculativeDeploymentSpec, notes: list[str]
-) -> tuple[str, Literal["spec", "catalog"]]:
+def _speculator_id(spec: api.SpeculativeDeploymentSpec, notes: list[str]) -> str:
     """The speculator the spec names, else the catalog's recommendation for its verifier."""
     if spec.speculator is not None and spec.speculator.model is not None:
-        return spec.speculator.model, "spec"
+        return spec.speculator.model
     if spec.verifier is None:
         raise PairingError("VerifierNotDeclared", "spec names neither a verifier nor a speculator model")
     engine, verifier_id = spec.engine.name, spec.verifier.model
@@ -117,19 +108,19 @@ def _speculator_id(
             f"no known EAGLE-3 speculator for verifier {verifier_id} on {engine}; set spec.speculator.model",
         )
     notes.append(f"speculator {speculator_id} is the catalog's recommendation for {verifier_id} on {engine}")
-    return speculator_id, "catalog"
+    return speculator_id
 
 
 def _verifier_id(
     spec: api.SpeculativeDeploymentSpec, speculator_id: str, speculator: ModelInfo, notes: list[str]
-) -> tuple[str, Literal["spec", "speculator", "catalog"]]:
+) -> str:
     """The verifier the spec names, else the one the draft declares, else the catalog's."""
     if spec.verifier is not None:
-        return spec.verifier.model, "spec"
+        return spec.verifier.model
     declared = draft_facts(speculator.config).declared_verifier
     if declared is not None:
         notes.append(f"verifier {declared} is declared by speculator {speculator_id}")
-        return declared, "speculator"
+        return declared
     known = catalog.trained_for(speculator_id)
     if known is None:
         raise PairingError(
@@ -138,7 +129,7 @@ def _verifier_id(
             "does not know it; set spec.verifier.model",
         )
     notes.append(f"verifier {known} is the one the catalog says speculator {speculator_id} was trained for")
-    return known, "catalog"
+    return known
 
 
 def effective_spec(

@@ -30,6 +30,10 @@ def _gib(mib: int | None) -> float | None:
     return None if mib is None else mib * MIB / GIB
 
 
+# The node lifecycle controller's taints on a node it does not consider Ready.
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+
 class GpuInventoryError(ValueError):
     """An inventory description (or GPU name) is invalid; the message names the bad part."""
 
@@ -125,7 +129,7 @@ def _schedulable(node: Mapping[str, Any]) -> bool:
     if spec.get("unschedulable"):
         return False
     for taint in spec.get("taints") or []:
-        if taint.get("key") in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable") and (
+        if taint.get("key") in (NOT_READY_TAINT, UNREACHABLE_TAINT) and (
             taint.get("effect") in ("NoSchedule", "NoExecute")
         ):
             return False

@@ -23,7 +23,7 @@ from typing import Literal
 
 from specdeploy import api
 from specdeploy.modelinfo import ModelInfo
-from specdeploy.modelinfo.config import draft_format, draft_layer_config
+from specdeploy.modelinfo.config import draft_layer_config, is_eagle3_draft
 from specdeploy.planning.gpus import GIB
 from specdeploy.planning.shape import (
     ModelShape,
@@ -131,7 +131,7 @@ def estimate_memory(
         if speculator.weights_bytes:
             draft_bytes = speculator.weights_bytes
         else:
-            eagle3 = draft_format(speculator.config) in ("speculators", "eagle3")
+            eagle3 = is_eagle3_draft(speculator.config)
             count = draft_parameter_count(speculator.config) if eagle3 else parameter_count(draft_shape)
             draft_bytes = int(count * bytes_per_parameter(speculator.config))
     return MemoryEstimate(

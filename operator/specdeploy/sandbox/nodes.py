@@ -26,11 +26,11 @@ from specdeploy.planning.gpus import (
     PRODUCT_LABEL,
     lookup_gpu,
 )
+from specdeploy.planning.inventory import NOT_READY_TAINT
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_ANNOTATION_VALUE = "fake"
 NODE_GROUP_LABEL = "sandbox.specdeploy.io/node-group"
-NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 DEFAULT_NODES_FILE = "sandbox-nodes.yaml"
 
 

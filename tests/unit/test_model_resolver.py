@@ -309,8 +309,10 @@ def test_catalog_answers_without_network_and_is_cached() -> None:
     assert first.source == "catalog" and first.weights_bytes == 61_100_000_000
     assert first.model_id == "Qwen/Qwen3-30B-A3B-Instruct-2507"
     assert resolver.resolve("qwen/qwen3-30b-a3b-instruct-2507") is first
-    assert resolver.peek("Qwen/Qwen3-8B") is not None
-    assert resolver.peek("hub-org/unknown") is None
+    # Without the network: the catalog answers, an unknown model is unavailable (never fetched).
+    assert resolver.resolve("Qwen/Qwen3-8B", network=False).source == "catalog"
+    with pytest.raises(ModelUnavailable, match="no metadata without a Hub lookup"):
+        resolver.resolve("hub-org/unknown", network=False)
 
 
 def test_cache_is_bounded() -> None:
