@@ -15,46 +15,13 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from fake_timers import FakeTimers
 from specdeploy.controller.runtime import Key, Outcome, WorkQueue, WriteLedger
 
 A: Key = ("models", "a")
 B: Key = ("models", "b")
 RETRY_MIN = 1.0
 RETRY_MAX = 5.0
-
-
-@dataclass
-class FakeTimer:
-    """One ``call_later``: fired only when the test says so; ``cancel`` is recorded."""
-
-    delay: float
-    callback: Callable[[], None]
-    cancelled: bool = False
-    fired: bool = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-@dataclass
-class FakeTimers:
-    """The injected ``call_later``: every timer ever requested, in order."""
-
-    created: list[FakeTimer] = field(default_factory=list)
-
-    def call_later(self, delay: float, callback: Callable[[], None]) -> FakeTimer:
-        timer = FakeTimer(delay, callback)
-        self.created.append(timer)
-        return timer
-
-    def pending(self) -> list[FakeTimer]:
-        return [t for t in self.created if not t.cancelled and not t.fired]
-
-    def fire(self) -> None:
-        """Fire the only pending timer, as the event loop would once its delay passed."""
-        (timer,) = self.pending()
-        timer.fired = True
-        timer.callback()
 
 
 @dataclass
@@ -141,7 +108,7 @@ def harness(seconds: float = 0.0) -> Harness:
     done: list[tuple[Outcome, float]] = []
     queue = WorkQueue(
         script,
-        call_later=timers.call_later,
+        call_later=timers,
         clock=clock,
         on_done=lambda outcome, s: done.append((outcome, s)),
         retry_min=RETRY_MIN,

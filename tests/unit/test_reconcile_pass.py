@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import copy
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ import pytest
 import yaml
 from prometheus_client import REGISTRY
 
+from fake_timers import FakeTimers
 from specdeploy import api, pipeline
 from specdeploy.controller import admission, diffing, status
 from specdeploy.controller.reconcile import GpuInventory, Reconciler
@@ -148,31 +149,6 @@ class FakeEvents:
 
     def reasons(self) -> list[tuple[str, str]]:
         return [(e.type, e.reason) for e in self.posted]
-
-
-@dataclass
-class FakeTimer:
-    delay: float
-    callback: Callable[[], None]
-    cancelled: bool = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-@dataclass
-class FakeTimers:
-    """The injected ``call_later``: retries are recorded, never slept on."""
-
-    created: list[FakeTimer] = field(default_factory=list)
-
-    def __call__(self, delay: float, callback: Callable[[], None]) -> FakeTimer:
-        timer = FakeTimer(delay, callback)
-        self.created.append(timer)
-        return timer
-
-    def pending(self) -> list[FakeTimer]:
-        return [t for t in self.created if not t.cancelled]
 
 
 class FakeView:
