@@ -25,14 +25,14 @@ from specdeploy.planning.gpus import (
     lookup_gpu,
 )
 
+# The node lifecycle controller's taints on a node it does not consider Ready.
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+
 
 def _gib(mib: int | None) -> float | None:
     return None if mib is None else mib * MIB / GIB
 
-
-# The node lifecycle controller's taints on a node it does not consider Ready.
-NOT_READY_TAINT = "node.kubernetes.io/not-ready"
-UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
 
 class GpuInventoryError(ValueError):
     """An inventory description (or GPU name) is invalid; the message names the bad part."""
