@@ -104,12 +104,12 @@ def wait_crd_established(kubectl: Kubectl, name: str, timeout: float = 60.0) -> 
 
 
 @contextmanager
-def sandbox_cluster(root: Path, name: str) -> Iterator[Cluster]:
+def sandbox_cluster(root: Path, name: str, engine_nodes: int = 0) -> Iterator[Cluster]:
     """A sandbox under ``root`` for the block's duration; stopped even when the block fails, and
-    by its watchdog if this process dies."""
+    by its watchdog if this process dies. Without engine nodes unless asked: every pod a phantom."""
     sandbox = Sandbox(name, root)
     try:
-        sandbox.up(owner_pid=os.getpid())
+        sandbox.up(owner_pid=os.getpid(), engine_nodes=engine_nodes)
         yield Cluster(sandbox.kubeconfig, sandbox.pod_cidr(), sandbox.audit_log)
     finally:
         sandbox.down()

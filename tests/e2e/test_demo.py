@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,14 +23,17 @@ def specdeploy(*args: str, env: dict[str, str], timeout: float) -> subprocess.Co
     )
 
 
-def test_demo_deploys_the_seed_example_and_down_stops_everything(tmp_path: Path) -> None:
+def test_demo_deploys_the_seed_example_and_a_real_engine_and_down_stops_everything(tmp_path: Path) -> None:
     env = {**os.environ, "SPECDEPLOY_SANDBOX_ROOT": str(tmp_path), "SPECDEPLOY_SANDBOX": "e2e-demo"}
     try:
-        first = specdeploy("demo", env=env, timeout=600)
+        first = specdeploy("demo", env=env, timeout=900)
         assert first.returncode == 0, first.stdout + first.stderr
         out = first.stdout
         assert "qwen3-30b-a3b-eagle3" in out and "Qwen/Qwen3-30B-A3B-Instruct-2507" in out
         assert "engine command: " in out and '"num_speculative_tokens":3' in out
+        # The tiny pair ran on the engine node and answered a chat completion.
+        assert "vllm serve sandbox/tiny-qwen3" in out
+        assert re.search(r"==> reply: '.+'", out) and "/v1/chat/completions" in out
         assert "specdeploy sandbox down" in out
         # Running it twice is harmless: the sandbox and the operator are reused.
         second = specdeploy("demo", env=env, timeout=300)

@@ -172,6 +172,8 @@ NAMESPACED = {
     ("specdeploy.io", "speculativedeployments/status", "patch"),
     *{("apps", "deployments", v) for v in ("get", "list", "watch", "create", "patch")},
     *{("", "services", v) for v in ("get", "list", "watch", "create", "patch")},
+    ("", "pods", "list"),
+    ("", "pods", "watch"),
     ("", "configmaps", "get"),
     ("", "events", "create"),
 }

@@ -26,6 +26,7 @@ from prometheus_client import REGISTRY
 from fake_timers import FakeTimers
 from specdeploy import api, pipeline
 from specdeploy.controller import admission, diffing, status
+from specdeploy.controller.pods import PodView
 from specdeploy.controller.reconcile import GpuInventory, Reconciler
 from specdeploy.controller.runtime import RETRY_MIN_SECONDS, Key
 from specdeploy.modelinfo import ModelResolver
@@ -159,6 +160,7 @@ class FakeView:
         self.deployments: dict[Key, dict[str, Any]] = {}
         self.services: dict[Key, dict[str, Any]] = {}
         self.node_objects: dict[str, dict[str, Any]] = {n["metadata"]["name"]: n for n in nodes}
+        self.pod_views: dict[Key, list[PodView]] = {}
 
     def resource(self, key: Key) -> dict[str, Any] | None:
         return self.resources.get(key)
@@ -175,6 +177,9 @@ class FakeView:
     def nodes(self) -> list[dict[str, Any]]:
         # What the gpu_nodes index holds in production: the planner's projection of each node.
         return [planner_view(n) for n in self.node_objects.values()]
+
+    def pods(self, key: Key) -> list[PodView]:
+        return list(self.pod_views.get(key, []))
 
     def add(self, body: dict[str, Any]) -> Key:
         key: Key = (body["metadata"]["namespace"], body["metadata"]["name"])

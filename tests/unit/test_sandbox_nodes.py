@@ -12,14 +12,18 @@ from specdeploy.sandbox import nodes
 def test_default_cluster_has_the_documented_gpu_nodes() -> None:
     specs = nodes.load_node_specs()
     products = Counter(spec.gpu.product if spec.gpu else "cpu" for spec in specs)
-    assert products == {"NVIDIA-H100-80GB-HBM3": 2, "NVIDIA-A100-SXM4-40GB": 1, "NVIDIA-L4": 2, "cpu": 1}
+    assert products == {
+        "NVIDIA-H100-80GB-HBM3": 2, "NVIDIA-A100-SXM4-40GB": 1, "NVIDIA-L4": 2, "SANDBOX-CPU": 1, "cpu": 1,
+    }  # fmt: skip
     memory = {spec.gpu.product: (spec.gpu.count, spec.gpu.memory_mib) for spec in specs if spec.gpu}
     assert memory == {
         "NVIDIA-H100-80GB-HBM3": (8, 81559),
         "NVIDIA-A100-SXM4-40GB": (8, 40960),
         "NVIDIA-L4": (4, 23034),
+        "SANDBOX-CPU": (2, 4096),
     }
     assert [s.name for s in specs if s.group == "h100"] == ["h100-0", "h100-1"]
+    assert [s.name for s in specs if s.engine] == ["engine-0"]
 
 
 def test_gpu_node_manifest_carries_gfd_labels_capacity_and_taint() -> None:

@@ -81,6 +81,10 @@ app.kubernetes.io/part-of: specdeploy
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["get", "list", "watch", "create", "patch"]
+{{- /* Read-only: engine pods' failures (crash loop, image pull, OOM) for the Degraded condition. */}}
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch"]
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get"]

@@ -216,7 +216,10 @@ class ModelAccess(ApiModel):
         description="Secret key holding a Hugging Face token; given to the engine as HF_TOKEN, never copied.",
     )
     endpoint: str | None = Field(
-        default=None, max_length=512, description="Hub endpoint (HF_ENDPOINT) for a mirror."
+        default=None,
+        max_length=512,
+        description="Hub endpoint (HF_ENDPOINT) for a mirror; overrides the operator-wide default "
+        "(the chart's hub.endpoint, `specdeploy run --hub-endpoint`) for this resource.",
     )
     offline: bool = Field(
         default=False, description="Set HF_HUB_OFFLINE=1: models must already be in the cache."

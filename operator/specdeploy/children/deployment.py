@@ -12,6 +12,7 @@ from typing import Any
 from specdeploy import api
 from specdeploy.children.labels import common_labels, object_metadata, selector_labels
 from specdeploy.engines import EngineLaunch
+from specdeploy.modelinfo.hub import default_endpoint
 from specdeploy.planning import Placement
 
 SHM_SIZE = "16Gi"
@@ -21,6 +22,8 @@ TERMINATION_GRACE_SECONDS = 60
 
 
 def _env(spec: api.SpeculativeDeploymentSpec, launch: EngineLaunch) -> list[dict[str, Any]]:
+    """Hub access (token, endpoint, offline) then ``engine.env``. The endpoint is the resource's,
+    else the operator-wide default, so engines download from the mirror the operator looked in."""
     access = spec.model_access
     env: list[dict[str, Any]] = []
     if access.token_secret_ref is not None:
@@ -32,8 +35,9 @@ def _env(spec: api.SpeculativeDeploymentSpec, launch: EngineLaunch) -> list[dict
                 },
             }
         )
-    if access.endpoint:
-        env.append({"name": "HF_ENDPOINT", "value": access.endpoint})
+    endpoint = access.endpoint or default_endpoint()
+    if endpoint:
+        env.append({"name": "HF_ENDPOINT", "value": endpoint})
     if access.offline:
         env.append({"name": "HF_HUB_OFFLINE", "value": "1"})
     return [*env, *launch.env]
@@ -102,6 +106,9 @@ def _container(spec: api.SpeculativeDeploymentSpec, launch: EngineLaunch, gpus: 
         "startupProbe": launch.startup_probe,
         "readinessProbe": launch.readiness_probe,
         "livenessProbe": launch.liveness_probe,
+        # A failed engine's last log lines (its error) become the termination message in the
+        # pod status, which the operator reports in the Degraded condition.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     env = _env(spec, launch)
     if env:

@@ -39,15 +39,25 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="accept a speculator trained for another verifier (reported as a warning)",
     )
-    parser.add_argument("--endpoint", default=None, help="Hub endpoint (mirror); default HF_ENDPOINT")
+    parser.add_argument(
+        "--endpoint",
+        default=None,
+        help="Hub endpoint (mirror); default $SPECDEPLOY_HUB_ENDPOINT, else HF_ENDPOINT, else the Hub",
+    )
     parser.add_argument("--offline", action="store_true", help="use only the catalog and the local Hub cache")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from specdeploy.modelinfo import ModelResolver, ModelUnavailable
+    from specdeploy.modelinfo.hub import HubEndpointError, default_endpoint
     from specdeploy.pairing import check_pair
 
+    try:
+        default_endpoint()
+    except HubEndpointError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     resolver = ModelResolver()
     try:
         verifier, speculator = (

@@ -1,7 +1,9 @@
 """``specdeploy demo``: the whole product in one command, on the local sandbox.
 
 Starts (or reuses) the sandbox, installs the CRD, runs the operator in the background (stopped
-with the sandbox), applies the seed example and waits until it is Ready.
+with the sandbox), applies the seed example and waits until it is Ready. Unless ``--no-engine``,
+it also deploys the tiny EAGLE-3 pair beside it, which the sandbox's engine node serves with a
+real vLLM, waits until that engine answers its readiness probe and sends it a chat completion.
 """
 
 from __future__ import annotations
@@ -12,13 +14,18 @@ import shlex
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 CRD_NAME = "speculativedeployments.specdeploy.io"
 DEFAULT_EXAMPLE = Path("manifests/examples/qwen3-30b-a3b-instruct-2507-eagle3.yaml")
+ENGINE_EXAMPLE = Path("manifests/examples/sandbox-tiny-eagle3.yaml")
 READY_TIMEOUT_S = 180.0
+# A real engine loads, compiles and warms up on CPU: about 80-130 s on 2 cores.
+ENGINE_READY_TIMEOUT_S = 600.0
+PROMPT = "Say hello to the sandbox."
 
 
 def register(subparsers: Any) -> None:
@@ -26,6 +33,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("-f", "--filename", type=Path, default=DEFAULT_EXAMPLE, help="resource to apply")
     parser.add_argument("--name", help="sandbox name (default: default, or $SPECDEPLOY_SANDBOX)")
     parser.add_argument("--namespace", default="default", help="namespace for the example")
+    parser.add_argument(
+        "--no-engine",
+        action="store_true",
+        help="skip the real engine (no engine node, no vLLM install): phantom pods only, about a minute",
+    )
     parser.set_defaults(func=run)
 
 
@@ -75,6 +87,68 @@ def _show(k: _Kubectl, namespace: str, name: str) -> None:
     _say(f"engine command: {shlex.join(status.get('command', []))}")
 
 
+def _apply_and_wait(k: _Kubectl, namespace: str, path: Path, timeout: float) -> tuple[str, bool]:
+    """Apply ``path``; its name and whether it turned Ready within ``timeout`` seconds."""
+    print(k("apply", "-n", namespace, "-f", str(path)), end="")
+    name = k("get", "-n", namespace, "-f", str(path), "-o", "jsonpath={.metadata.name}").strip()
+    _say(f"waiting for {name} to become Ready")
+    ready_status = "jsonpath={.status.conditions[?(@.type=='Ready')].status}"
+    ready = _poll(
+        lambda: k("get", "-n", namespace, "sdep", name, "-o", ready_status, check=False).strip() == "True",
+        timeout,
+    )
+    _show(k, namespace, name)
+    if not ready:
+        conditions = k("get", "-n", namespace, "sdep", name, "-o", "jsonpath={.status.conditions}")
+        print(f"error: {name} not Ready within {timeout:.0f}s; conditions: {conditions}", file=sys.stderr)
+    return name, ready
+
+
+def chat_request(model: str) -> dict[str, Any]:
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": PROMPT}],
+        "max_tokens": 24,
+        "temperature": 0,
+    }
+
+
+def chat(url: str, model: str, timeout: float = 60.0) -> str:
+    """The assistant's reply to :data:`PROMPT` from the OpenAI-compatible server at ``url``."""
+    request = urllib.request.Request(
+        f"{url}/v1/chat/completions",
+        data=json.dumps(chat_request(model)).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        body = json.loads(response.read())
+    return str(body["choices"][0]["message"]["content"])
+
+
+def _talk_to_engine(k: _Kubectl, namespace: str, name: str) -> bool:
+    """Send one chat completion to the ready engine pod and show how to send another."""
+    selector = f"app.kubernetes.io/instance={name}"
+    pod_ip = k(
+        "get", "-n", namespace, "pods", "-l", selector, "-o", "jsonpath={.items[0].status.podIP}"
+    ).strip()
+    model = json.loads(k("get", "-n", namespace, "sdep", name, "-o", "json"))["spec"]["verifier"]["model"]
+    url = f"http://{pod_ip}:8000"
+    _say(f"asking the engine at {url}: {PROMPT!r}")
+    try:
+        reply = chat(url, model)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"error: the engine at {url} did not answer: {exc}", file=sys.stderr)
+        return False
+    _say(f"reply: {reply!r} (random weights: the tiny verifier always emits the same token)")
+    print(
+        "Send another:\n"
+        f"  curl -s {url}/v1/chat/completions -H 'Content-Type: application/json' \\\n"
+        f"    -d '{json.dumps(chat_request(model))}'\n"
+        f"  curl -s {url}/metrics | grep spec_decode"
+    )
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     from specdeploy.sandbox import operator_process
     from specdeploy.sandbox.binaries import BuildError, ensure_kubectl
@@ -83,16 +157,24 @@ def run(args: argparse.Namespace) -> int:
     if not args.filename.exists():
         print(f"error: {args.filename} not found; run from the repository root or pass -f", file=sys.stderr)
         return 2
+    engine = not args.no_engine
     sandbox = Sandbox(args.name)
     _say(f"starting sandbox {sandbox.name!r} (reused when running)")
     try:
-        up = sandbox.up()
+        up = sandbox.up(engine_nodes=None if engine else 0)
     except (BuildError, SandboxError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     _say(
         ("reused" if up.already_running else "started") + f" in {up.seconds:.1f}s; kubeconfig {up.kubeconfig}"
     )
+    if engine and sandbox.hub_endpoint() is None:
+        print(
+            f"error: sandbox {sandbox.name!r} runs without an engine node; stop it "
+            "(specdeploy sandbox down) or pass --no-engine",
+            file=sys.stderr,
+        )
+        return 2
     k = _Kubectl(ensure_kubectl(), up.kubeconfig)
     _say("installing the SpeculativeDeployment CRD")
     if not _install_crd(k, sandbox.dir / "crd.yaml"):
@@ -101,30 +183,22 @@ def run(args: argparse.Namespace) -> int:
     pid = operator_process.ensure_running(sandbox)
     _say(f"operator running (pid {pid}); log: {operator_process.log_path(sandbox)}")
     _say(f"applying {args.filename}")
-    print(k("apply", "-n", args.namespace, "-f", str(args.filename)), end="")
-    name = k("get", "-n", args.namespace, "-f", str(args.filename), "-o", "jsonpath={.metadata.name}").strip()
-    _say(f"waiting for {name} to become Ready")
-    ready_status = "jsonpath={.status.conditions[?(@.type=='Ready')].status}"
-    ready = _poll(
-        lambda: k("get", "-n", args.namespace, "sdep", name, "-o", ready_status, check=False).strip()
-        == "True",
-        READY_TIMEOUT_S,
-    )
-    _show(k, args.namespace, name)
+    name, ready = _apply_and_wait(k, args.namespace, args.filename, READY_TIMEOUT_S)
     if not ready:
-        conditions = k("get", "-n", args.namespace, "sdep", name, "-o", "jsonpath={.status.conditions}")
-        print(
-            f"error: {name} not Ready within {READY_TIMEOUT_S:.0f}s; conditions: {conditions}",
-            file=sys.stderr,
-        )
         return 1
+    if engine:
+        _say(f"applying {ENGINE_EXAMPLE}: a tiny pair the engine node serves with a real vLLM")
+        engine_name, ready = _apply_and_wait(k, args.namespace, ENGINE_EXAMPLE, ENGINE_READY_TIMEOUT_S)
+        if not ready or not _talk_to_engine(k, args.namespace, engine_name):
+            return 1
     print(
         "\nLook around:\n"
         f"  export KUBECONFIG={up.kubeconfig}\n"
         "  kubectl get sdep -o wide\n"
         f"  kubectl describe sdep {name}\n"
         f"  kubectl get sdep {name} -o jsonpath='{{.status.command}}'\n"
-        "  specdeploy sandbox status\n"
+        + (f"  kubectl logs deploy/{engine_name}\n" if engine else "")
+        + "  specdeploy sandbox status\n"
         "Stop everything (operator included):\n"
         f"  specdeploy sandbox down{' --name ' + sandbox.name if args.name else ''}"
     )

@@ -135,9 +135,11 @@ def render_text(name: str, outcome: PlanOutcome, inventory: Inventory, notes: Se
 def run(args: argparse.Namespace) -> int:
     from specdeploy import pairing, planning
     from specdeploy.modelinfo import ModelResolver, ModelUnavailable
+    from specdeploy.modelinfo.hub import HubEndpointError, default_endpoint
     from specdeploy.sandbox.nodes import default_inventory
 
     try:
+        default_endpoint()
         specs = load_specs(args.filename)
         if args.gpus:
             inventory = planning.parse_gpus_flag(args.gpus)
@@ -145,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
             inventory = cluster_inventory(args.kubeconfig)
         else:
             inventory = default_inventory()
-    except (PlanInputError, planning.GpuInventoryError) as exc:
+    except (PlanInputError, planning.GpuInventoryError, HubEndpointError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
 

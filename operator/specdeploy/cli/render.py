@@ -40,9 +40,11 @@ def load_resources(path: Path) -> list[dict[str, Any]]:
 def run(args: argparse.Namespace) -> int:
     from specdeploy import pipeline, planning
     from specdeploy.modelinfo import ModelResolver
+    from specdeploy.modelinfo.hub import default_endpoint
     from specdeploy.sandbox.nodes import default_inventory
 
     try:
+        default_endpoint()  # a bad SPECDEPLOY_HUB_ENDPOINT is bad input (exit 2), not a crash
         resources = load_resources(args.filename)
         inventory = planning.parse_gpus_flag(args.gpus) if args.gpus else default_inventory()
     except (OSError, yaml.YAMLError, ValueError) as exc:

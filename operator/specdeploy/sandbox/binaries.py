@@ -137,8 +137,7 @@ def _build_in_wrapper(version: str, targets: list[tuple[str, str, Path]]) -> Non
     env = {"CGO_ENABLED": "0", "GOFLAGS": "-mod=mod -buildvcs=false"}
     for number, (label, package, output) in enumerate(targets, start=1):
         _progress(
-            f"building {label} ({number}/{len(targets)}); "
-            "a cold build takes several minutes each on 2 cores"
+            f"building {label} ({number}/{len(targets)}); a cold build takes several minutes each on 2 cores"
         )
         output.parent.mkdir(parents=True, exist_ok=True)
         _run(

@@ -4,12 +4,17 @@ Each sandbox owns one state directory (certificates, etcd data, kubeconfig, logs
 ``state.json`` with the pid, start time and port of every process). Processes run detached in
 their own session so ``sandbox up`` can return while the cluster keeps running; ``down`` only
 signals pids whose start time still matches what was recorded, so a recycled pid is never hit.
+
+Engine nodes each get an agent process (``engine-node/<node>``, state under
+``engine-nodes/<node>/``) that runs their pods as real processes; ``down`` stops the agents
+first, so they stop their pods, and then kills any pod process group they left behind.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import ipaddress
 import json
 import os
 import shutil
@@ -26,7 +31,17 @@ from typing import Any, TextIO
 
 import yaml
 
-from specdeploy.sandbox import binaries, control_plane, nodes, pki
+from specdeploy.sandbox import (
+    binaries,
+    control_plane,
+    engine_env,
+    engine_stack,
+    model_hub,
+    nodes,
+    pki,
+    tiny_models,
+)
+from specdeploy.sandbox.enginenode.pgids import kill_leftovers
 from specdeploy.sandbox.processes import (
     free_ports,
     pid_alive,
@@ -44,6 +59,10 @@ STATE_FILE = "state.json"
 WATCHDOG = "watchdog"
 # The control-plane processes, in start order; a sandbox is running when all of them are alive.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+ENGINE_NODE_PREFIX = "engine-node/"
+ENGINE_NODES_DIR = "engine-nodes"
+# An agent stops its pods within ~8 s of grace plus 5 s to reap them; more than that is a hang.
+AGENT_STOP_SECONDS = 15.0
 
 
 class SandboxError(RuntimeError):
@@ -63,6 +82,20 @@ def pod_cidr(name: str) -> str:
     """A /16 inside 127.0.0.0/8 per sandbox name, so two sandboxes never hand out the same pod IP."""
     second = 42 if name == DEFAULT_NAME else 43 + zlib.crc32(name.encode()) % 200
     return f"127.{second}.0.0/16"
+
+
+def kwok_cidr(cidr: str) -> str:
+    """The lower half of the sandbox's /16: the pod IPs KWOK hands out."""
+    lower, _ = ipaddress.ip_network(cidr).subnets(prefixlen_diff=1)
+    return str(lower)
+
+
+def engine_node_cidr(cidr: str, index: int) -> str:
+    """The /24 of the ``index``-th engine node, in the upper half of the sandbox's /16."""
+    upper = list(ipaddress.ip_network(cidr).subnets(new_prefix=24))[128:]
+    if index >= len(upper):
+        raise SandboxError(f"at most {len(upper)} engine nodes fit in {cidr}")
+    return str(upper[index])
 
 
 @dataclass(frozen=True)
@@ -142,11 +175,16 @@ class Sandbox:
         timeout: float = 180.0,
         owner_pid: int | None = None,
         log: TextIO = sys.stderr,
+        engine_nodes: int | None = None,
+        runtimes: dict[str, Path] | None = None,
     ) -> UpResult:
         """Start the sandbox, or report the running one; returns once every node is Ready.
 
         With ``owner_pid``, a watchdog stops the sandbox when that process exits, so a killed
-        test run does not leave a control plane behind.
+        test run does not leave a control plane behind. ``engine_nodes`` replaces the count of
+        every engine group of the node file (0: none). ``runtimes`` names directories of
+        executables engine nodes run images with (see the image map); ``python`` (this
+        interpreter's directory) is always there.
         """
         started = time.monotonic()
         with self._locked():
@@ -155,11 +193,17 @@ class Sandbox:
             if self.read_state() is not None:
                 print(f"[specdeploy] sandbox {self.name!r} was partly stopped; cleaning it up", file=log)
                 self._stop(timeout=15.0)
-            specs = nodes.load_node_specs(nodes_file)
+            specs = nodes.load_node_specs(nodes_file, engine_nodes)
             bins = binaries.ensure_binaries()
-            started = time.monotonic()  # the build (if any) reported its own progress
+            stack = _engine_stack(log) if any(spec.engine for spec in specs) else None
+            started = time.monotonic()  # builds and installs (if any) reported their own progress
+            all_runtimes = {
+                "python": Path(sys.executable).parent,
+                **(stack.runtimes if stack else {}),
+                **(runtimes or {}),
+            }
             try:
-                self._start(bins, specs, timeout, log)
+                self._start(bins, specs, timeout, log, all_runtimes, stack)
                 if owner_pid is not None:
                     self._start_watchdog(owner_pid)
             except BaseException:
@@ -168,13 +212,23 @@ class Sandbox:
         return UpResult(False, time.monotonic() - started, self.kubeconfig)
 
     def _start(
-        self, bins: binaries.Binaries, specs: list[nodes.NodeSpec], timeout: float, log: TextIO
+        self,
+        bins: binaries.Binaries,
+        specs: list[nodes.NodeSpec],
+        timeout: float,
+        log: TextIO,
+        runtimes: dict[str, Path],
+        stack: engine_stack.EngineStack | None,
     ) -> None:
         deadline = time.monotonic() + timeout
         self._clean_runtime()
         self.logs.mkdir(parents=True, exist_ok=True)
         keys = pki.generate(self.pki.ca_cert.parent)
-        ports = control_plane.Ports(*free_ports(5))
+        engine_specs = [spec for spec in specs if spec.engine]
+        picked = free_ports(6 + len(engine_specs))  # in one go, so no two are the same
+        ports = control_plane.Ports(*picked[:5])
+        hub_port = picked[5]
+        kubelet_ports = {spec.name: port for spec, port in zip(engine_specs, picked[6:], strict=True)}
         cidr = pod_cidr(self.name)
         state: dict[str, Any] = {
             "name": self.name,
@@ -209,22 +263,56 @@ class Sandbox:
         self._spawn(state, "kube-controller-manager", ports.controller_manager, manager)
         scheduler = control_plane.kube_scheduler(bins, ports, self.kubeconfig)
         self._spawn(state, "kube-scheduler", ports.scheduler, scheduler)
-        self._spawn(state, "kwok", None, control_plane.kwok(bins, self.kubeconfig, cidr))
-        self._add_nodes(state, specs, deadline, log)
+        self._spawn(state, "kwok", None, control_plane.kwok(bins, self.kubeconfig, kwok_cidr(cidr)))
+        if stack is not None:
+            self._start_hub(state, stack, hub_port, deadline, log)
+        self._add_nodes(specs, kubelet_ports)
+        for index, spec in enumerate(engine_specs):
+            argv = control_plane.engine_node(
+                self.kubeconfig, spec.name, self._engine_node_dir(spec.name), engine_node_cidr(cidr, index),
+                kubelet_ports[spec.name], runtimes,
+            )  # fmt: skip
+            self._spawn(state, ENGINE_NODE_PREFIX + spec.name, kubelet_ports[spec.name], argv)
+        self._wait_nodes_ready(state, specs, deadline, log)
 
-    def _add_nodes(
+    def _start_hub(
+        self, state: dict[str, Any], stack: engine_stack.EngineStack, port: int, deadline: float, log: TextIO
+    ) -> None:
+        """The model hub serving the tiny models by id; engines and the operator download from it."""
+        argv, env = engine_stack.hub_command(stack, self.dir / "hub", port)
+        self._spawn(state, engine_stack.HUB_PROCESS, port, argv, env=env)
+        endpoint = engine_stack.endpoint(port)
+        self._wait(state, deadline, "the model hub", lambda: _hub_answers(endpoint))
+        state["hub_endpoint"] = endpoint
+        self._write_state(state)
+        print(f"[specdeploy] the model hub serves the tiny models at {endpoint}", file=log)
+
+    def hub_endpoint(self) -> str | None:
+        """The sandbox's model hub (``HF_ENDPOINT`` for engines, ``--hub-endpoint`` for the operator)."""
+        endpoint = (self.read_state() or {}).get("hub_endpoint")
+        return str(endpoint) if endpoint else None
+
+    def _engine_node_dir(self, node: str) -> Path:
+        return self.dir / ENGINE_NODES_DIR / node
+
+    def _add_nodes(self, specs: list[nodes.NodeSpec], kubelet_ports: dict[str, int]) -> None:
+        core_v1 = nodes.core_v1_for(self.kubeconfig)
+        for spec in specs:
+            nodes.add_node(spec, core_v1=core_v1, kubelet_port=kubelet_ports.get(spec.name))
+
+    def _wait_nodes_ready(
         self, state: dict[str, Any], specs: list[nodes.NodeSpec], deadline: float, log: TextIO
     ) -> None:
         core_v1 = nodes.core_v1_for(self.kubeconfig)
-        for spec in specs:
-            nodes.add_node(spec, core_v1=core_v1)
         names = [spec.name for spec in specs]
+
         def all_ready() -> bool:
             ready = {n.metadata.name for n in core_v1.list_node().items if nodes.node_is_ready(n)}
             return ready.issuperset(names)
 
         self._wait(state, deadline, f"{len(names)} nodes to become Ready", all_ready)
-        print(f"[specdeploy] {len(names)} simulated nodes are Ready", file=log)
+        engines = sum(spec.engine for spec in specs)
+        print(f"[specdeploy] {len(names) - engines} simulated and {engines} engine nodes are Ready", file=log)
 
     def _spawn(
         self,
@@ -233,10 +321,14 @@ class Sandbox:
         port: int | None,
         argv: list[str],
         extra_ports: tuple[int, ...] = (),
+        env: dict[str, str] | None = None,
     ) -> None:
-        pid = spawn(argv, self.logs / f"{name}.log", self.dir)
+        (self.logs / f"{name}.log").parent.mkdir(parents=True, exist_ok=True)
+        pid = spawn(argv, self.logs / f"{name}.log", self.dir, env)
         state["processes"][name] = {
-            "pid": pid, "start_time": process_start_time(pid), "port": port,
+            "pid": pid,
+            "start_time": process_start_time(pid),
+            "port": port,
             "ports": [p for p in (port, *extra_ports) if p],
             "log": str(self.logs / f"{name}.log"),
         }
@@ -249,16 +341,29 @@ class Sandbox:
             if state is None:
                 raise SandboxError(f"sandbox {self.name!r} is not running")
             state["processes"][name] = {
-                "pid": pid, "start_time": start_time, "port": ports[0] if ports else None, "ports": ports,
+                "pid": pid,
+                "start_time": start_time,
+                "port": ports[0] if ports else None,
+                "ports": ports,
                 "log": str(self.logs / f"{name}.log"),
             }
             self._write_state(state)
 
     def _start_watchdog(self, owner_pid: int) -> None:
         state = self.read_state() or {}
-        self._spawn(state, WATCHDOG, None, [
-            sys.executable, "-m", "specdeploy.sandbox.watchdog", self.name, str(self.root), str(owner_pid),
-        ])
+        self._spawn(
+            state,
+            WATCHDOG,
+            None,
+            [
+                sys.executable,
+                "-m",
+                "specdeploy.sandbox.watchdog",
+                self.name,
+                str(self.root),
+                str(owner_pid),
+            ],
+        )
 
     def _wait(self, state: dict[str, Any], deadline: float, what: str, check: Callable[[], bool]) -> None:
         """Poll ``check`` until it holds; fail fast with the log tail if a process died."""
@@ -309,15 +414,30 @@ class Sandbox:
     def _stop(self, timeout: float) -> list[int]:
         state = self.read_state() or {}
         processes = state.get("processes", {})
-        live = [(name, info["pid"], info.get("start_time")) for name, info in processes.items()
-                if info["pid"] != os.getpid() and pid_alive(info["pid"], info.get("start_time"))]
-        # Clients first, then the apiserver, then etcd: an apiserver whose etcd is already gone
+        live = [
+            (name, info["pid"], info.get("start_time"))
+            for name, info in processes.items()
+            if info["pid"] != os.getpid() and pid_alive(info["pid"], info.get("start_time"))
+        ]
+        # Engine node agents first, while the apiserver is up: each stops its pods' processes.
+        agents = [(pid, start) for name, pid, start in live if name.startswith(ENGINE_NODE_PREFIX)]
+        stop_in_tiers([agents], AGENT_STOP_SECONDS)
+        for state_dir in sorted((self.dir / ENGINE_NODES_DIR).glob("*")):
+            kill_leftovers(state_dir)
+        # Clients next, then the apiserver, then etcd: an apiserver whose etcd is already gone
         # spends ~10s retrying before it exits.
-        stop_in_tiers([
-            [(pid, start) for name, pid, start in live if name not in ("kube-apiserver", "etcd")],
-            [(pid, start) for name, pid, start in live if name == "kube-apiserver"],
-            [(pid, start) for name, pid, start in live if name == "etcd"],
-        ], timeout)
+        stop_in_tiers(
+            [
+                [
+                    (pid, start)
+                    for name, pid, start in live
+                    if name not in ("kube-apiserver", "etcd") and not name.startswith(ENGINE_NODE_PREFIX)
+                ],
+                [(pid, start) for name, pid, start in live if name == "kube-apiserver"],
+                [(pid, start) for name, pid, start in live if name == "etcd"],
+            ],
+            timeout,
+        )
         busy = wait_ports_free([port for p in processes.values() for port in p.get("ports", [])])
         still_alive = [pid for _, pid, start in live if pid_alive(pid, start)]
         if still_alive:
@@ -335,6 +455,20 @@ class Sandbox:
                 shutil.rmtree(entry)
             else:
                 entry.unlink()
+
+
+def _engine_stack(log: TextIO) -> engine_stack.EngineStack:
+    try:
+        return engine_stack.prepare(log)
+    except (engine_env.EngineEnvError, tiny_models.ModelBuildError, model_hub.ModelHubError) as exc:
+        raise SandboxError(
+            f"cannot prepare the engine nodes (run with --engine-nodes 0 to skip them): {exc}"
+        ) from exc
+
+
+def _hub_answers(endpoint: str) -> bool:
+    model_hub.wait_ready(endpoint, timeout=0.5)
+    return True
 
 
 def _tail(path: Path, lines: int = 30) -> str:

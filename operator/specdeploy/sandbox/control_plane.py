@@ -7,11 +7,12 @@ list, next to the reason it is there.
 from __future__ import annotations
 
 import base64
+import sys
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from specdeploy.sandbox import nodes
-from specdeploy.sandbox.binaries import Binaries
+from specdeploy.sandbox.binaries import KUBERNETES_VERSION, Binaries
 from specdeploy.sandbox.pki import Pki
 
 SERVICE_CIDR = "10.96.0.0/16"
@@ -37,10 +38,16 @@ def etcd(bins: Binaries, data_dir: Path, ports: Ports) -> list[str]:
     url = f"http://127.0.0.1:{ports.etcd}"
     peer = f"http://127.0.0.1:{ports.etcd_peer}"
     return [
-        str(bins.etcd), "--name=sandbox", f"--data-dir={data_dir}",
-        f"--listen-client-urls={url}", f"--advertise-client-urls={url}",
-        f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
-        f"--initial-cluster=sandbox={peer}", "--unsafe-no-fsync", "--log-level=warn",
+        str(bins.etcd),
+        "--name=sandbox",
+        f"--data-dir={data_dir}",
+        f"--listen-client-urls={url}",
+        f"--advertise-client-urls={url}",
+        f"--listen-peer-urls={peer}",
+        f"--initial-advertise-peer-urls={peer}",
+        f"--initial-cluster=sandbox={peer}",
+        "--unsafe-no-fsync",
+        "--log-level=warn",
     ]
 
 
@@ -48,36 +55,52 @@ def kube_apiserver(
     bins: Binaries, keys: Pki, ports: Ports, cert_dir: Path, audit_policy: Path, audit_log: Path
 ) -> list[str]:
     return [
-        str(bins.kube_apiserver), f"--etcd-servers=http://127.0.0.1:{ports.etcd}",
-        "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={ports.api}",
-        f"--tls-cert-file={keys.apiserver_cert}", f"--tls-private-key-file={keys.apiserver_key}",
-        f"--client-ca-file={keys.ca_cert}", "--authorization-mode=Node,RBAC",
+        str(bins.kube_apiserver),
+        f"--etcd-servers=http://127.0.0.1:{ports.etcd}",
+        "--bind-address=127.0.0.1",
+        "--advertise-address=127.0.0.1",
+        f"--secure-port={ports.api}",
+        f"--tls-cert-file={keys.apiserver_cert}",
+        f"--tls-private-key-file={keys.apiserver_key}",
+        f"--client-ca-file={keys.ca_cert}",
+        "--authorization-mode=Node,RBAC",
         "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
         f"--service-account-key-file={keys.service_account_pub}",
         f"--service-account-signing-key-file={keys.service_account_key}",
-        f"--service-cluster-ip-range={SERVICE_CIDR}", "--endpoint-reconciler-type=none",
-        "--allow-privileged=true", "--profiling=false", f"--cert-dir={cert_dir}",
-        f"--audit-policy-file={audit_policy}", f"--audit-log-path={audit_log}",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        "--endpoint-reconciler-type=none",
+        "--allow-privileged=true",
+        "--profiling=false",
+        f"--cert-dir={cert_dir}",
+        f"--audit-policy-file={audit_policy}",
+        f"--audit-log-path={audit_log}",
     ]
 
 
 def _client_flags(kubeconfig: Path) -> list[str]:
     return [
-        f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
-        f"--authorization-kubeconfig={kubeconfig}", "--leader-elect=false", "--bind-address=127.0.0.1",
+        f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        "--leader-elect=false",
+        "--bind-address=127.0.0.1",
         # The default 20 requests/s throttles the controllers long before this machine does
         # when hundreds of Deployments roll out at once (benchmarks, scale tests).
-        "--kube-api-qps=200", "--kube-api-burst=400",
+        "--kube-api-qps=200",
+        "--kube-api-burst=400",
     ]
 
 
 def kube_controller_manager(bins: Binaries, keys: Pki, ports: Ports, kubeconfig: Path) -> list[str]:
     return [
-        str(bins.kube_controller_manager), *_client_flags(kubeconfig),
+        str(bins.kube_controller_manager),
+        *_client_flags(kubeconfig),
         f"--secure-port={ports.controller_manager}",
         f"--service-account-private-key-file={keys.service_account_key}",
-        f"--root-ca-file={keys.ca_cert}", f"--cluster-signing-cert-file={keys.ca_cert}",
-        f"--cluster-signing-key-file={keys.ca_key}", f"--service-cluster-ip-range={SERVICE_CIDR}",
+        f"--root-ca-file={keys.ca_cert}",
+        f"--cluster-signing-cert-file={keys.ca_cert}",
+        f"--cluster-signing-key-file={keys.ca_key}",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
     ]
 
 
@@ -86,15 +109,31 @@ def kube_scheduler(bins: Binaries, ports: Ports, kubeconfig: Path) -> list[str]:
 
 
 def kwok(bins: Binaries, kubeconfig: Path, pod_cidr: str) -> list[str]:
+    """KWOK with the KWOK half of the sandbox's pod IPs (engine nodes have the other half)."""
     return [
-        str(bins.kwok), f"--kubeconfig={kubeconfig}",
+        str(bins.kwok),
+        f"--kubeconfig={kubeconfig}",
         f"--manage-nodes-with-annotation-selector={nodes.KWOK_ANNOTATION}={nodes.KWOK_ANNOTATION_VALUE}",
         # No --server-address and --node-port=0: kwok serves nothing (no exec/logs endpoints needed).
-        f"--cidr={pod_cidr}", "--node-ip=127.0.0.1", "--node-port=0",
+        f"--cidr={pod_cidr}",
+        "--node-ip=127.0.0.1",
+        "--node-port=0",
         # Node leases are the heartbeat the node lifecycle controller watches; without them
         # it marks the nodes (and their pods) NotReady after the grace period.
         "--node-lease-duration-seconds=40",
     ]
+
+
+def engine_node(
+    kubeconfig: Path, node: str, state_dir: Path, pod_cidr: str, port: int, runtimes: dict[str, Path]
+) -> list[str]:
+    """The agent that plays the kubelet of engine node ``node`` (see ``sandbox.enginenode``)."""
+    return [
+        sys.executable, "-m", "specdeploy.sandbox.enginenode", f"--kubeconfig={kubeconfig}",
+        f"--node={node}", f"--state-dir={state_dir}", f"--pod-cidr={pod_cidr}", f"--kubelet-port={port}",
+        f"--kubelet-version={KUBERNETES_VERSION}",
+        *(f"--runtime={name}={directory}" for name, directory in sorted(runtimes.items())),
+    ]  # fmt: skip
 
 
 def kubeconfig(name: str, keys: Pki, port: int) -> dict[str, Any]:
@@ -107,12 +146,24 @@ def kubeconfig(name: str, keys: Pki, port: int) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": context, "cluster": {
-            "server": f"https://127.0.0.1:{port}", "certificate-authority-data": b64(keys.ca_cert),
-        }}],
-        "users": [{"name": f"{context}-admin", "user": {
-            "client-certificate-data": b64(keys.admin_cert), "client-key-data": b64(keys.admin_key),
-        }}],
+        "clusters": [
+            {
+                "name": context,
+                "cluster": {
+                    "server": f"https://127.0.0.1:{port}",
+                    "certificate-authority-data": b64(keys.ca_cert),
+                },
+            }
+        ],
+        "users": [
+            {
+                "name": f"{context}-admin",
+                "user": {
+                    "client-certificate-data": b64(keys.admin_cert),
+                    "client-key-data": b64(keys.admin_key),
+                },
+            }
+        ],
         "contexts": [{"name": context, "context": {"cluster": context, "user": f"{context}-admin"}}],
         "current-context": context,
     }

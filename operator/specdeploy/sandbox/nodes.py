@@ -31,6 +31,9 @@ from specdeploy.planning.inventory import NOT_READY_TAINT
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_ANNOTATION_VALUE = "fake"
 NODE_GROUP_LABEL = "sandbox.specdeploy.io/node-group"
+# Engine nodes run their pods as local processes (see ``sandbox.enginenode``), not through KWOK.
+ENGINE_NODE_LABEL = "sandbox.specdeploy.io/engine-node"
+NODE_IP = "127.0.0.1"
 DEFAULT_NODES_FILE = "sandbox-nodes.yaml"
 
 
@@ -57,6 +60,7 @@ class NodeSpec:
     taint: bool = True
     group: str = ""
     labels: dict[str, str] = field(default_factory=dict)
+    engine: bool = False
 
 
 def gpu_node(
@@ -99,6 +103,7 @@ class _NodeGroup(_Schema):
     gpu: _GpuGroup | None = None
     taint: StrictBool = True
     labels: dict[str, str] | None = None
+    engine: StrictBool = False
 
 
 class _NodeFile(BaseModel):
@@ -126,15 +131,23 @@ def _problems(error: ValidationError) -> list[str]:
     return problems
 
 
-def parse_node_groups(text: str) -> list[NodeSpec]:
-    """Expand the ``nodeGroups`` of a node file into one spec per node."""
+def parse_node_groups(text: str, engine_nodes: int | None = None) -> list[NodeSpec]:
+    """Expand the ``nodeGroups`` of a node file into one spec per node.
+
+    ``engine_nodes`` replaces the count of every engine group (0 drops them); None keeps the file's.
+    """
     try:
         document = _NodeFile.model_validate(yaml.safe_load(text))
     except ValidationError as exc:
         raise NodeFileError("; ".join(_problems(exc))) from None
+    if engine_nodes is not None and engine_nodes < 0:
+        raise NodeFileError(f"the engine node count must be 0 or more, got {engine_nodes}")
+    if engine_nodes and not any(group.engine for group in document.node_groups):
+        raise NodeFileError(f"{engine_nodes} engine nodes asked for, but the node file has no engine group")
     specs: list[NodeSpec] = []
     for group in document.node_groups:
         gpu = GpuSpec(group.gpu.product, group.gpu.count, group.gpu.memory_mib) if group.gpu else None
+        count = engine_nodes if group.engine and engine_nodes is not None else group.count
         specs += [
             NodeSpec(
                 name=f"{group.name}-{number}",
@@ -145,8 +158,9 @@ def parse_node_groups(text: str) -> list[NodeSpec]:
                 taint=group.taint,
                 group=group.name,
                 labels=dict(group.labels or {}),
+                engine=group.engine,
             )
-            for number in range(group.count)
+            for number in range(count)
         ]
     names = [spec.name for spec in specs]
     duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -159,22 +173,27 @@ def default_nodes_text() -> str:
     return resources.files("specdeploy").joinpath("data", DEFAULT_NODES_FILE).read_text()
 
 
-def load_node_specs(path: Path | None = None) -> list[NodeSpec]:
-    """Node specs from ``path``, or the packaged default cluster."""
+def load_node_specs(path: Path | None = None, engine_nodes: int | None = None) -> list[NodeSpec]:
+    """Node specs from ``path``, or the packaged default cluster (``engine_nodes``: see parse_node_groups)."""
     text = path.read_text() if path is not None else default_nodes_text()
     try:
-        return parse_node_groups(text)
+        return parse_node_groups(text, engine_nodes)
     except yaml.YAMLError as exc:
         raise NodeFileError(f"{path or DEFAULT_NODES_FILE}: not valid YAML: {exc}") from exc
 
 
-def node_manifest(spec: NodeSpec) -> dict[str, Any]:
-    """The Node object for ``spec``, status included (the apiserver keeps status set at creation)."""
+def node_manifest(spec: NodeSpec, kubelet_port: int | None = None) -> dict[str, Any]:
+    """The Node object for ``spec``, status included (the apiserver keeps status set at creation).
+
+    A KWOK node carries the annotation KWOK manages; an engine node instead has the loopback
+    address and (when known) the port of its agent's kubelet API, which the apiserver calls for
+    ``kubectl logs``. The agent sets both again when it starts.
+    """
     labels = {
         "kubernetes.io/hostname": spec.name,
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",
-        "type": "kwok",
+        **({ENGINE_NODE_LABEL: "true"} if spec.engine else {"type": "kwok"}),
         NODE_GROUP_LABEL: spec.group or spec.name,
         **spec.labels,
     }
@@ -190,16 +209,20 @@ def node_manifest(spec: NodeSpec) -> dict[str, Any]:
         resources_[GPU_RESOURCE] = str(spec.gpu.count)
         if spec.taint:
             taints.append(dict(GPU_TAINT))
+    status: dict[str, Any] = {"capacity": dict(resources_), "allocatable": dict(resources_)}
+    annotations = {"node.alpha.kubernetes.io/ttl": "0"}
+    if spec.engine:
+        status["addresses"] = [{"type": "InternalIP", "address": NODE_IP}]
+        if kubelet_port is not None:
+            status["daemonEndpoints"] = {"kubeletEndpoint": {"Port": kubelet_port}}
+    else:
+        annotations[KWOK_ANNOTATION] = KWOK_ANNOTATION_VALUE
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {
-            "name": spec.name,
-            "labels": labels,
-            "annotations": {KWOK_ANNOTATION: KWOK_ANNOTATION_VALUE, "node.alpha.kubernetes.io/ttl": "0"},
-        },
+        "metadata": {"name": spec.name, "labels": labels, "annotations": annotations},
         "spec": {"taints": taints},
-        "status": {"capacity": dict(resources_), "allocatable": dict(resources_)},
+        "status": status,
     }
 
 
@@ -207,8 +230,10 @@ def default_inventory() -> Inventory:
     """The GPUs of the default sandbox cluster (2 x 8 H100 80GB, 1 x 8 A100 40GB, 2 x 4 L4).
 
     What ``specdeploy plan`` and ``render`` plan against without ``--gpus``, so offline planning
-    and the sandbox agree."""
-    return inventory_from_nodes(node_manifest(spec) for spec in load_node_specs())
+    and the sandbox agree on real models. Engine nodes are left out: their SANDBOX-CPU "GPUs" are
+    slots for tiny CPU engines, and listing them would add a line to every offline plan's
+    alternatives for no model it could ever hold."""
+    return inventory_from_nodes(node_manifest(spec) for spec in load_node_specs() if not spec.engine)
 
 
 def core_v1_for(kubeconfig: Path) -> Any:
@@ -219,13 +244,15 @@ def core_v1_for(kubeconfig: Path) -> Any:
     return client.CoreV1Api(api_client)
 
 
-def add_node(spec: NodeSpec, *, kubeconfig: Path | None = None, core_v1: Any = None) -> None:
-    """Create a simulated node in a running sandbox; KWOK marks it Ready within seconds."""
+def add_node(
+    spec: NodeSpec, *, kubeconfig: Path | None = None, core_v1: Any = None, kubelet_port: int | None = None
+) -> None:
+    """Create a node in a running sandbox; KWOK (or the engine node's agent) marks it Ready."""
     if core_v1 is None:
         if kubeconfig is None:
             raise ValueError("add_node needs a kubeconfig or a CoreV1Api")
         core_v1 = core_v1_for(kubeconfig)
-    core_v1.create_node(body=node_manifest(spec))
+    core_v1.create_node(body=node_manifest(spec, kubelet_port))
 
 
 def node_is_ready(node: Any) -> bool:

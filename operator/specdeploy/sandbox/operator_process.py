@@ -45,7 +45,12 @@ class LocalOperator:
             self.process.wait(timeout=STOP_TIMEOUT_S)
 
 
-def _argv(ports: tuple[int, int, int], webhook_dir: Path | None, extra_args: tuple[str, ...]) -> list[str]:
+def _argv(
+    ports: tuple[int, int, int],
+    webhook_dir: Path | None,
+    hub_endpoint: str | None,
+    extra_args: tuple[str, ...],
+) -> list[str]:
     """``specdeploy run`` with probes, metrics and (optionally) the webhook on loopback."""
     probe, metrics, webhook = ports
     argv = [
@@ -55,6 +60,8 @@ def _argv(ports: tuple[int, int, int], webhook_dir: Path | None, extra_args: tup
         "--metrics-port", str(metrics),
         *extra_args,
     ]  # fmt: skip
+    if hub_endpoint is not None:
+        argv += ["--hub-endpoint", hub_endpoint]
     if webhook_dir is not None:
         argv += [
             "--webhook-address", "127.0.0.1",
@@ -89,17 +96,19 @@ def start_operator(
     webhook_dir: Path | None,
     extra_args: tuple[str, ...] = (),
     detach: bool = False,
+    hub_endpoint: str | None = None,
 ) -> LocalOperator:
     """Start the operator against ``kubeconfig`` and wait until /healthz answers.
 
     With ``webhook_dir`` it also serves the validating webhook on 127.0.0.1 (certificates
-    there) and writes the webhook configuration itself, as a sandbox needs.
+    there) and writes the webhook configuration itself, as a sandbox needs. ``hub_endpoint``
+    is the operator-wide model hub (the sandbox's, when it serves one).
     """
     probe, metrics, webhook = free_ports(3)
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         process = subprocess.Popen(
-            _argv((probe, metrics, webhook), webhook_dir, extra_args),
+            _argv((probe, metrics, webhook), webhook_dir, hub_endpoint, extra_args),
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -133,7 +142,13 @@ def ensure_running(sandbox: Sandbox) -> int:
     pid = running_pid(sandbox)
     if pid is not None:
         return pid
-    running = start_operator(sandbox.kubeconfig, log_path(sandbox), sandbox.dir / "webhook-tls", detach=True)
+    running = start_operator(
+        sandbox.kubeconfig,
+        log_path(sandbox),
+        sandbox.dir / "webhook-tls",
+        detach=True,
+        hub_endpoint=sandbox.hub_endpoint(),
+    )
     pid = running.process.pid
     sandbox.register_process(NAME, pid, process_start_time(pid), list(running.ports))
     return pid

@@ -95,12 +95,19 @@ def rss_mib(pid: int) -> float | None:
     return rss / 2**20
 
 
-def spawn(argv: list[str], log: Path, cwd: Path) -> int:
-    """Start ``argv`` in its own session (so it outlives this command), output to ``log``."""
+def spawn(argv: list[str], log: Path, cwd: Path, env: dict[str, str] | None = None) -> int:
+    """Start ``argv`` in its own session (so it outlives this command), output to ``log``; with
+    ``env``, in that environment instead of this process's."""
     with open(log, "wb") as out:
         process = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            cwd=cwd, start_new_session=True, close_fds=True,
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            start_new_session=True,
+            close_fds=True,
+            env=env,
         )
     _CHILDREN[process.pid] = process
     return process.pid

@@ -1,0 +1,215 @@
+"""Engine pods as the operator keeps them, and why one is failing.
+
+The pod watch stores a small projection of each engine pod instead of its body (memory stays
+bounded at thousands of resources) and derives from it the one failure status reports: a
+condition reason and a message that ends with the engine's own error (the container's
+termination message; the engine container sets ``FallbackToLogsOnError``, so for a crashed
+engine that is the tail of its log). No kopf here: the handlers module feeds pod bodies in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# Enough for a Python traceback's last frames and the exception; the kubelet keeps at most 4096.
+TERMINATION_TAIL = 1024
+MAX_MESSAGE = 1500
+ELLIPSIS = "..."
+
+CRASH_LOOP = "EngineCrashLoop"
+OUT_OF_MEMORY = "EngineOutOfMemory"
+IMAGE_PULL_FAILED = "EngineImagePullFailed"
+CONFIG_ERROR = "EngineConfigError"
+START_FAILED = "EngineStartFailed"
+
+IMAGE_PULL_REASONS = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "ErrImageNeverPull",
+        "RegistryUnavailable",
+        "ImageInspectError",
+        "SignatureValidationFailed",
+    }
+)
+CONFIG_REASONS = frozenset({"CreateContainerConfigError", "CreateContainerError"})
+# Waiting reasons of a container on its way up; every other waiting reason is a failure.
+STARTING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True, slots=True)
+class Termination:
+    """A container's exit: its code, the kubelet's reason and the (tail of the) termination message."""
+
+    exit_code: int
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerView:
+    """What status needs of one container status."""
+
+    name: str
+    image: str
+    restart_count: int
+    waiting_reason: str | None
+    waiting_message: str
+    terminated: Termination | None
+    last_terminated: Termination | None
+
+
+@dataclass(frozen=True, slots=True)
+class PodView:
+    """The projection of one engine pod the pod index keeps."""
+
+    name: str
+    phase: str
+    deleting: bool
+    ready: bool
+    containers: tuple[ContainerView, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Why an engine pod fails: a condition reason and a bounded human message."""
+
+    reason: str
+    message: str
+
+
+def _tail(text: str | None, limit: int) -> str:
+    text = (text or "").strip()
+    if len(text) <= limit:
+        return text
+    return ELLIPSIS + text[len(text) - limit + len(ELLIPSIS) :]
+
+
+def _termination(state: Mapping[str, Any] | None) -> Termination | None:
+    terminated = (state or {}).get("terminated")
+    if not terminated:
+        return None
+    return Termination(
+        exit_code=int(terminated.get("exitCode") or 0),
+        reason=str(terminated.get("reason") or ""),
+        message=_tail(terminated.get("message"), TERMINATION_TAIL),
+    )
+
+
+def _container(status: Mapping[str, Any]) -> ContainerView:
+    waiting = (status.get("state") or {}).get("waiting") or {}
+    return ContainerView(
+        name=str(status.get("name") or ""),
+        image=str(status.get("image") or ""),
+        restart_count=int(status.get("restartCount") or 0),
+        waiting_reason=waiting.get("reason"),
+        waiting_message=_tail(waiting.get("message"), TERMINATION_TAIL),
+        terminated=_termination(status.get("state")),
+        last_terminated=_termination(status.get("lastState")),
+    )
+
+
+def project(body: Mapping[str, Any]) -> PodView:
+    """The projection of a pod body (as the watch delivers it)."""
+    meta = body.get("metadata") or {}
+    status = body.get("status") or {}
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
+    return PodView(
+        name=str(meta.get("name") or ""),
+        phase=str(status.get("phase") or ""),
+        deleting=bool(meta.get("deletionTimestamp")),
+        ready=ready,
+        containers=tuple(_container(c) for c in status.get("containerStatuses") or []),
+    )
+
+
+def _message(head: str, detail: str) -> str:
+    """``head: detail`` within MAX_MESSAGE, cutting the detail's start (its end is the error)."""
+    head = head[:MAX_MESSAGE]
+    room = MAX_MESSAGE - len(head) - 2
+    if not detail or room <= len(ELLIPSIS):
+        return head
+    return f"{head}: {_tail(detail, room)}"
+
+
+def _exit(ended: Termination) -> str:
+    """``Error``, or ``Error, signal 9`` for a killed process (a failed liveness probe, say)."""
+    reason = ended.reason or "Error"
+    return f"{reason}, signal {ended.exit_code - 128}" if ended.exit_code > 128 else reason
+
+
+def _container_failure(pod: str, c: ContainerView) -> Failure | None:
+    """The failure of one container, most specific first; None while it starts or runs cleanly.
+
+    The restart count is left out of the message: it alone is no new information and would
+    rewrite status on every restart. A new termination message does change it.
+    """
+    where = f"pod {pod} container {c.name}"
+    waiting = c.waiting_reason
+    if waiting in IMAGE_PULL_REASONS:
+        head = f'pod {pod} cannot pull image "{c.image}" ({waiting})'
+        return Failure(IMAGE_PULL_FAILED, _message(head, c.waiting_message))
+    if waiting in CONFIG_REASONS:
+        return Failure(CONFIG_ERROR, _message(f"{where} cannot be created ({waiting})", c.waiting_message))
+    ended = c.terminated or c.last_terminated
+    restarted = " and was restarted" if c.restart_count else ""
+    if ended is not None and ended.reason == "OOMKilled":
+        head = f"{where} was killed out of memory (OOMKilled, exit code {ended.exit_code}){restarted}"
+        return Failure(OUT_OF_MEMORY, _message(head, ended.message))
+    if ended is not None and (ended.exit_code != 0 or waiting == "CrashLoopBackOff"):
+        head = f"{where} exited with code {ended.exit_code} ({_exit(ended)}){restarted}"
+        return Failure(CRASH_LOOP, _message(head, ended.message))
+    if waiting == "CrashLoopBackOff":
+        return Failure(CRASH_LOOP, f"{where} keeps exiting and is restarted with back-off (CrashLoopBackOff)")
+    if waiting is not None and waiting not in STARTING_REASONS:
+        return Failure(START_FAILED, _message(f"{where} cannot start ({waiting})", c.waiting_message))
+    return None
+
+
+def pod_failure(pod: PodView) -> Failure | None:
+    """Why this pod fails, or None: ready, terminating and finished pods report nothing."""
+    if pod.ready or pod.deleting or pod.phase in TERMINAL_PHASES:
+        return None
+    for container in pod.containers:
+        found = _container_failure(pod.name, container)
+        if found is not None:
+            return found
+    return None
+
+
+def first_failure(pods: Iterable[PodView]) -> Failure | None:
+    """The failure status reports: the first failing pod by name (stable across passes)."""
+    for pod in sorted(pods, key=lambda p: p.name):
+        found = pod_failure(pod)
+        if found is not None:
+            return found
+    return None
+
+
+class FailureMemory:
+    """The failure last seen per failing pod, so a pod event reconciles only when it changes.
+
+    Holds failing pods only: healthy pods cost nothing, whatever their number.
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str | None, str], Failure] = {}
+
+    def changed(self, pod: tuple[str | None, str], failure: Failure | None) -> bool:
+        """Record a pod's failure (None: healthy or deleted); False when it is what was seen last."""
+        if self._seen.get(pod) == failure:
+            return False
+        if failure is None:
+            self._seen.pop(pod, None)
+        else:
+            self._seen[pod] = failure
+        return True
+
+    def __len__(self) -> int:
+        return len(self._seen)
