@@ -246,3 +246,17 @@ def test_an_engine_that_fails_to_load_shows_its_error_in_status(
     events = _get(k, "events", "--field-selector", f"involvedObject.name={name}")["items"]
     assert any(e["reason"] == "EngineCrashLoop" and e["type"] == "Warning" for e in events), events
     k("delete", "-n", NS, "sdep", name)
+
+
+def test_an_image_the_node_cannot_run_shows_as_a_pull_failure_in_status(
+    engine_sandbox: Sandbox, engine_operator: LocalOperator, k: Kubectl, wait: WaitFor
+) -> None:
+    name = "unknown-image"
+    body = yaml.safe_load(_resource(name, tiny_models.ACCEPT_ALL))
+    body["spec"]["engine"]["image"] = "registry.example/unknown/vllm:v0"
+    k("apply", "-n", NS, "-f", "-", input=yaml.safe_dump(body))
+    body = wait(lambda: _sdep_when(k, name, "Degraded", "True"), 120, "the pull failure in status")
+    degraded = _condition(body, "Degraded")
+    assert degraded["reason"] == "EngineImagePullFailed", degraded
+    assert "registry.example/unknown/vllm:v0" in degraded["message"], degraded
+    k("delete", "-n", NS, "sdep", name)

@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from clusterlib import Cluster, Kubectl, WaitFor, sandbox_cluster, wait_crd_established
+from specdeploy.sandbox.processes import stop_child
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "specdeploy"
@@ -125,12 +126,7 @@ def _operator_as_service_account(kubeconfig: Path, args: list[str], log: Path) -
                 time.sleep(0.3)
         yield
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        stop_child(process, 20)
         forbidden = [line for line in log.read_text(errors="replace").splitlines() if "Forbidden" in line]
         assert not forbidden, "the ServiceAccount was denied something it needs:\n" + "\n".join(forbidden[:5])
 

@@ -29,7 +29,7 @@ from specdeploy.sandbox.model_hub import (
     wait_ready,
     write_config,
 )
-from specdeploy.sandbox.processes import free_ports, rss_mib
+from specdeploy.sandbox.processes import free_ports, rss_mib, stop_child
 
 MODEL = "sandbox/tiny-test"
 BIG_MODEL = "sandbox/big-weights"
@@ -117,8 +117,13 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
     endpoint = f"http://127.0.0.1:{port}"
     with (base / "olah.out").open("wb") as out:
         process = subprocess.Popen(
-            hub_argv(python, config), env=hub_environ(home), cwd=base,
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            hub_argv(python, config),
+            env=hub_environ(home),
+            cwd=base,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     try:
         started = time.monotonic()
@@ -129,12 +134,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
             endpoint, files, expected, big is not None, commit, base, process.pid, user_olah_dir_existed
         )
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        stop_child(process, 10)
         print("--- olah output (tail) ---\n" + (base / "olah.out").read_text(errors="replace")[-3000:])
 
 
@@ -189,8 +189,14 @@ def test_weight_size_reads_only_the_header_though_olah_ignores_range(hub: Hub, t
     if not hub.big_weights:
         pytest.skip("the safetensors package is needed to build the weights file")
     fetcher = HubFetcher(
-        BIG_MODEL, "main", token=None, endpoint=hub.endpoint, offline=False,
-        cache_dir=str(tmp_path / "hf"), retry=FAST, sleep=time.sleep,
+        BIG_MODEL,
+        "main",
+        token=None,
+        endpoint=hub.endpoint,
+        offline=False,
+        cache_dir=str(tmp_path / "hf"),
+        retry=FAST,
+        sleep=time.sleep,
     )
     tracemalloc.start()
     try:
@@ -209,8 +215,11 @@ def test_olah_keeps_to_its_directories_and_stays_small(hub: Hub) -> None:
     if not hub.user_olah_dir_existed:
         assert not (Path.home() / ".olah").exists()
     status = subprocess.run(
-        ["git", "status", "--porcelain", "--ignored"], cwd=repo_dir(hub.base / "mirrors", MODEL),
-        capture_output=True, text=True, check=True,
+        ["git", "status", "--porcelain", "--ignored"],
+        cwd=repo_dir(hub.base / "mirrors", MODEL),
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert status.stdout == ""
     rss = rss_mib(hub.pid)

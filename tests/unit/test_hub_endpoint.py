@@ -40,8 +40,17 @@ def test_an_http_url_is_accepted_without_its_trailing_slash(given: str, expected
 
 @pytest.mark.parametrize(
     "given",
-    ["hf-mirror.example.internal", "ftp://mirror.example", "https://", "http://mirror:0", "http://mirror:port",
-     "https://mirror.example/?x=1", "https://mirror.example/#top", "https://mirror .example", "http://[::1"],
+    [
+        "hf-mirror.example.internal",
+        "ftp://mirror.example",
+        "https://",
+        "http://mirror:0",
+        "http://mirror:port",
+        "https://mirror.example/?x=1",
+        "https://mirror.example/#top",
+        "https://mirror .example",
+        "http://[::1",
+    ],
 )
 def test_anything_else_is_refused_naming_the_setting(given: str) -> None:
     with pytest.raises(HubEndpointError, match=r"--hub-endpoint: .* is not a hub endpoint"):

@@ -215,11 +215,11 @@ def _env(args: argparse.Namespace) -> int:
 
 
 def _models(args: argparse.Namespace) -> int:
-    from specdeploy.sandbox import engine_env, tiny_models
+    from specdeploy.sandbox import engine_env, tiny_models, venvs
 
     try:
         models = tiny_models.ensure_models(engine_env.ensure_engine_env())
-    except (engine_env.EngineEnvError, tiny_models.ModelBuildError) as exc:
+    except (venvs.VenvInstallError, tiny_models.ModelBuildError) as exc:
         print(f"specdeploy: {exc}", file=sys.stderr)
         return 1
     print(f"the tiny models are in {models.mirrors}; a running sandbox's hub serves them by id:")

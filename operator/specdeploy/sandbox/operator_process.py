@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdeploy.sandbox.cluster import Sandbox, SandboxError
-from specdeploy.sandbox.processes import free_ports, pid_alive, process_start_time
+from specdeploy.sandbox.processes import free_ports, pid_alive, process_start_time, stop_child
 
 NAME = "specdeploy-operator"
 START_TIMEOUT_S = 60.0
@@ -37,12 +37,7 @@ class LocalOperator:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=STOP_TIMEOUT_S)
+        stop_child(self.process, STOP_TIMEOUT_S)
 
 
 def _argv(

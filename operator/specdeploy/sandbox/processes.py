@@ -95,6 +95,16 @@ def rss_mib(pid: int) -> float | None:
     return rss / 2**20
 
 
+def stop_child(process: subprocess.Popen[bytes], timeout: float) -> None:
+    """SIGTERM a child of this process, SIGKILL it if it is still there after ``timeout``, reap it."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=timeout)
+
+
 def spawn(argv: list[str], log: Path, cwd: Path, env: dict[str, str] | None = None) -> int:
     """Start ``argv`` in its own session (so it outlives this command), output to ``log``; with
     ``env``, in that environment instead of this process's."""
