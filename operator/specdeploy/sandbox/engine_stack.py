@@ -14,7 +14,6 @@ from typing import TextIO
 from specdeploy.sandbox import engine_env, model_hub, tiny_models
 
 HUB_PROCESS = "model-hub"
-HUB_READY_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)

