@@ -1,8 +1,12 @@
-"""How much the operator costs at N resources: time to Ready, writes, CPU, memory, restarts.
+"""How much the operator costs at N resources: time to Ready, writes, CPU, memory, restarts, and
+what its engine metrics reader costs.
 
 Starts a sandbox of its own (or uses --kubeconfig), adds enough simulated H100 nodes for N
 single-GPU pairs, runs the operator as a real process and creates N SpeculativeDeployments.
-Prints numbers; asserts nothing. Every server is on loopback; every wait is bounded.
+The pods are simulated (Ready, nothing listening), so every read of their /metrics is refused:
+the reader's full cost at N ready pods, and the one status write each that says so
+(MetricsUnavailable). Prints numbers; asserts nothing. Every server is on loopback; every wait
+is bounded.
 
     python bench/reconcile_scale.py --resources 500
 """
@@ -35,11 +39,14 @@ REPO = Path(__file__).resolve().parents[1]
 CRD = REPO / "crds" / "specdeploy.io_speculativedeployments.yaml"
 NAMESPACE = "bench"
 GPUS_PER_NODE = 8
-# How long the write counter must stay flat before the operator counts as settled.
-SETTLE_QUIET_S = 10.0
-RESTART_QUIET_S = 5.0
-# A measurement window (idle CPU and writes), not a wait for something to happen.
-IDLE_WINDOW_S = 30.0
+# The engine metrics reader's interval (the operator's default).
+READ_INTERVAL_S = 30.0
+# How long the write counter must stay flat before the operator counts as settled: longer than
+# a read interval, so the reader's verdict on the last pods to become Ready is in.
+SETTLE_QUIET_S = READ_INTERVAL_S + 10.0
+RESTART_QUIET_S = READ_INTERVAL_S + 5.0
+# A measurement window (idle CPU, writes and reads), not a wait for something to happen.
+IDLE_WINDOW_S = 60.0
 
 
 def resource(index: int) -> dict[str, Any]:
@@ -78,6 +85,21 @@ def writes(samples: list[Sample]) -> float:
 
 def reconciles(samples: list[Sample]) -> float:
     return sum(by_label(samples, "specdeploy_reconciles_total", "outcome").values())
+
+
+def engine_reads(samples: list[Sample]) -> float:
+    return sum(by_label(samples, "specdeploy_engine_metrics_reads_total", "outcome").values())
+
+
+def speculation_reasons(custom: client.CustomObjectsApi) -> dict[str, int]:
+    """How many resources show each SpeculationEffective reason."""
+    items = custom.list_namespaced_custom_object(api.GROUP, api.VERSION, NAMESPACE, api.PLURAL)["items"]
+    reasons: dict[str, int] = {}
+    for item in items:
+        for cond in item.get("status", {}).get("conditions", []):
+            if cond["type"] == api.SPECULATION_EFFECTIVE:
+                reasons[cond["reason"]] = reasons.get(cond["reason"], 0) + 1
+    return reasons
 
 
 def proc_usage(pid: int) -> tuple[float, float]:
@@ -188,11 +210,23 @@ def measure_idle(operator: LocalOperator, count: int, timeout: float) -> dict[st
     cpu, _ = proc_usage(operator.process.pid)
     time.sleep(IDLE_WINDOW_S)
     idle = scrape(operator.metrics_url)
-    cpu_idle, _ = proc_usage(operator.process.pid)
-    results["idle_30s_writes"] = writes(idle) - writes(samples)
+    cpu_idle, rss = proc_usage(operator.process.pid)
+    results["idle_window_seconds"] = IDLE_WINDOW_S
+    results["idle_writes"] = writes(idle) - writes(samples)
+    results["idle_cpu_seconds"] = round(cpu_idle - cpu, 2)
+    results["idle_rss_mib"] = round(rss, 1)
+    results["idle_engine_reads_per_minute"] = round(
+        (engine_reads(idle) - engine_reads(samples)) * 60 / IDLE_WINDOW_S
+    )
+    results["engine_reads_by_outcome"] = by_label(idle, "specdeploy_engine_metrics_reads_total", "outcome")
+    results["mean_read_round_seconds"] = round(
+        value(idle, "specdeploy_engine_metrics_round_duration_seconds_sum")
+        / value(idle, "specdeploy_engine_metrics_round_duration_seconds_count"),
+        3,
+    )
     results["reconciles_by_outcome"] = by_label(idle, "specdeploy_reconciles_total", "outcome")
     results["writes_by_kind"] = by_label(idle, "specdeploy_writes_total", "kind")
-    results["idle_30s_cpu_seconds"] = round(cpu_idle - cpu, 2)
+    results["speculation_effective_reasons"] = speculation_reasons(client.CustomObjectsApi())
     return results
 
 

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from specdeploy.sandbox.cluster import Sandbox
 
@@ -114,3 +117,34 @@ def sandbox_cluster(root: Path, name: str, engine_nodes: int = 0) -> Iterator[Cl
     finally:
         sandbox.down()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def operator_writes(audit_log: Path, namespace: str, since: int) -> list[dict[str, Any]]:
+    """Audit events of mutating requests the operator sent in ``namespace`` after byte ``since``."""
+    writes = []
+    with open(audit_log, "rb") as handle:
+        handle.seek(since)
+        for line in handle:
+            event = json.loads(line)
+            if event.get("stage") != "ResponseComplete":
+                continue
+            if event.get("verb") not in ("create", "update", "patch", "delete", "deletecollection"):
+                continue
+            agent = event.get("userAgent", "")
+            if not agent.startswith(("specdeploy", "kopf")):
+                continue
+            if event.get("objectRef", {}).get("namespace") == namespace:
+                writes.append(event)
+    return writes
+
+
+def metric_samples(url: str, name: str) -> list[tuple[dict[str, str], float]]:
+    """(labels, value) of every sample called ``name`` on a /metrics endpoint."""
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    return [
+        (sample.labels, sample.value)
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name
+    ]

@@ -18,6 +18,9 @@ from specdeploy.sandbox.operator_process import LocalOperator, start_operator
 REPO = Path(__file__).resolve().parents[2]
 CRD_FILE = REPO / "crds" / "specdeploy.io_speculativedeployments.yaml"
 CRD_NAME = "speculativedeployments.specdeploy.io"
+# The engine metrics reader's interval: a verdict on a new resource's (simulated, silent) pods
+# within seconds, so tests that wait for a settled resource do not wait 30 s.
+READ_INTERVAL_S = 5
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +35,12 @@ def operator(
 ) -> Iterator[LocalOperator]:
     workdir = tmp_path_factory.mktemp("operator")
     try:
-        running = start_operator(cluster.kubeconfig, workdir / "operator.log", workdir / "tls")
+        running = start_operator(
+            cluster.kubeconfig,
+            workdir / "operator.log",
+            workdir / "tls",
+            extra_args=("--acceptance-interval", str(READ_INTERVAL_S)),
+        )
     except SandboxError as exc:
         pytest.fail(str(exc))
     try:

@@ -95,6 +95,10 @@ def _token_kubeconfig(kubectl: Kubectl, directory: Path) -> Path:
     return path
 
 
+# The chart's defaults for the engine metrics reader.
+ACCEPTANCE_FLAGS = ["--acceptance-interval=30", "--acceptance-timeout=5", "--acceptance-concurrency=32"]
+
+
 def _container_args(kubectl: Kubectl) -> list[str]:
     """The operator flags the chart's Deployment passes that matter outside the pod."""
     deployment = _json(kubectl, "get", "deployment", FULLNAME, namespace=RELEASE_NAMESPACE)
@@ -208,7 +212,7 @@ def test_helm_install_upgrade_uninstall_as_the_charts_service_account(
     # The operator as the ServiceAccount reconciles the seed example to Ready.
     sa_kubeconfig = _token_kubeconfig(kubectl, tmp_path)
     args = _container_args(kubectl)
-    assert args == [f"--namespace={namespace}"]
+    assert args == [*ACCEPTANCE_FLAGS, f"--namespace={namespace}"]
     wait_for = WaitFor(kubectl, namespace)
     with _operator_as_service_account(sa_kubeconfig, args, tmp_path / "namespaced.log"):
         kubectl("apply", "-f", "-", input=_seed("seed"), namespace=namespace)
@@ -244,7 +248,7 @@ def test_helm_install_upgrade_uninstall_as_the_charts_service_account(
     assert {"name": "SPECDEPLOY_CATALOG", "value": "/etc/specdeploy/catalog/catalog.yaml"} in container["env"]
 
     args = _container_args(kubectl)
-    assert args == []
+    assert args == ACCEPTANCE_FLAGS
     with _operator_as_service_account(sa_kubeconfig, args, tmp_path / "clusterwide.log"):
         kubectl("apply", "-f", "-", input=_seed("seed-b"), namespace=other)
         WaitFor(kubectl, other)(

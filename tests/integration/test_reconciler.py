@@ -7,16 +7,13 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.request
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
-from clusterlib import Cluster, Kubectl, WaitFor
+from clusterlib import Cluster, Kubectl, WaitFor, metric_samples, operator_writes
 from sdeplib import EXAMPLE, apply, condition, container, get, ready
 from specdeploy.sandbox.operator_process import LocalOperator
 
@@ -240,36 +237,10 @@ def test_invalid_resources_are_rejected_naming_the_field(
     assert "qwen3-30b-a3b-eagle3" not in kubectl("get", "sdep", namespace=namespace)
 
 
-def _operator_writes(audit_log: Path, namespace: str, since: int) -> list[dict[str, Any]]:
-    """Audit events of mutating requests the operator sent in ``namespace`` after byte ``since``."""
-    writes = []
-    with open(audit_log, "rb") as handle:
-        handle.seek(since)
-        for line in handle:
-            event = json.loads(line)
-            if event.get("stage") != "ResponseComplete":
-                continue
-            if event.get("verb") not in ("create", "update", "patch", "delete", "deletecollection"):
-                continue
-            agent = event.get("userAgent", "")
-            if not agent.startswith(("specdeploy", "kopf")):
-                continue
-            if event.get("objectRef", {}).get("namespace") == namespace:
-                writes.append(event)
-    return writes
-
-
 def _reconciles(operator: LocalOperator, outcome: str = "") -> float:
     """The operator's reconcile counter (from its /metrics), for one outcome or all of them."""
-    with urllib.request.urlopen(operator.metrics_url, timeout=5) as response:
-        text = response.read().decode()
-    counts = [
-        (sample.labels["outcome"], sample.value)
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == "specdeploy_reconciles_total"
-    ]
-    return sum(value for label, value in counts if not outcome or label == outcome)
+    counts = metric_samples(operator.metrics_url, "specdeploy_reconciles_total")
+    return sum(value for labels, value in counts if not outcome or labels["outcome"] == outcome)
 
 
 class _RoseThenQuiet:
@@ -294,14 +265,21 @@ class _RoseThenQuiet:
 
 
 def _settled(kubectl: Kubectl, namespace: str, name: str) -> bool:
-    """The rollout is complete in the status and its transition's event is posted: the last writes
-    the operator makes for a new resource (the event follows the status patch)."""
+    """The rollout is complete and the engine metrics reader found the simulated pod silent
+    (MetricsUnavailable), both in status and with their events posted: the last writes the
+    operator makes for a new resource (an event follows its status patch)."""
     body = ready(kubectl, namespace, name)
     progressing = condition(body, "Progressing") if body else None
     if not progressing or progressing["reason"] != "RolloutComplete":
         return False
-    selector = f"involvedObject.kind=SpeculativeDeployment,involvedObject.name={name},reason=RolloutComplete"
-    return bool(get(kubectl, namespace, "events", "--field-selector", selector)["items"])
+    effective = condition(body, "SpeculationEffective") if body else None
+    if not effective or effective["reason"] != "MetricsUnavailable":
+        return False
+    for reason in ("RolloutComplete", "MetricsUnavailable"):
+        selector = f"involvedObject.kind=SpeculativeDeployment,involvedObject.name={name},reason={reason}"
+        if not get(kubectl, namespace, "events", "--field-selector", selector)["items"]:
+            return False
+    return True
 
 
 def test_unchanged_resource_reconciles_with_zero_writes(
@@ -313,7 +291,7 @@ def test_unchanged_resource_reconciles_with_zero_writes(
     apply(kubectl, namespace, example())
     wait_for(lambda: _settled(kubectl, namespace, "qwen3-30b-a3b-eagle3"), 90, "the rollout to complete")
     # The filter below sees the writes that made the resource, so an empty result later means something.
-    assert _operator_writes(cluster.audit_log, namespace, created), "the audit log shows no operator write"
+    assert operator_writes(cluster.audit_log, namespace, created), "the audit log shows no operator write"
     mark = cluster.audit_log.stat().st_size
     reconciled = _RoseThenQuiet(lambda: _reconciles(operator), at_least=3, quiet=3.0)
     # Three events that each make the operator reconcile an unchanged resource: a label on the
@@ -326,7 +304,7 @@ def test_unchanged_resource_reconciles_with_zero_writes(
     # counted after its writes returned, so every write it made is in the audit log by then; the
     # quiet period after the rise also takes in the reconciles that follow-up events cause.
     wait_for(reconciled, 30, "a reconcile per touched object, then 3 s without one")
-    writes = _operator_writes(cluster.audit_log, namespace, mark)
+    writes = operator_writes(cluster.audit_log, namespace, mark)
     assert writes == [], [(w["verb"], w["objectRef"]) for w in writes]
 
 

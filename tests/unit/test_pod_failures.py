@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -158,6 +159,23 @@ def test_projection_truncates_termination_messages_keeping_their_end() -> None:
     kept = engine.last_terminated.message
     assert len(kept) == pods.TERMINATION_TAIL
     assert kept.endswith(LAST_LINE) and kept.startswith(pods.ELLIPSIS)
+
+
+def test_projection_keeps_where_and_what_the_engine_serves() -> None:
+    """Where its /metrics answer, which command it runs (a digest) and since when it serves."""
+    body = pod_body(ready=True)
+    body["metadata"]["labels"]["specdeploy.io/engine"] = "vllm"
+    body["spec"]["containers"][0].update(
+        command=["vllm", "serve", "m"], ports=[{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
+    )
+    body["status"]["podIP"] = "10.1.2.3"
+    body["status"]["conditions"][1]["lastTransitionTime"] = "2025-09-12T10:16:30Z"
+    view = pods.project(body)
+    assert (view.engine, view.ip, view.port) == ("vllm", "10.1.2.3", 8000)
+    assert view.command == pods.command_digest(["vllm", "serve", "m"]) != pods.command_digest(["vllm"])
+    assert view.serving_since == datetime(2025, 9, 12, 10, 16, 30, tzinfo=UTC).timestamp()
+    assert [p.name for p in pods.serving([view], ["vllm", "serve", "m"])] == [POD]
+    assert pods.serving([view], ["vllm", "serve", "other"]) == []
 
 
 def test_projection_of_a_pod_with_no_status_yet() -> None:

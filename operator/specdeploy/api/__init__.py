@@ -16,6 +16,7 @@ from specdeploy.api.base import (
     EngineName,
 )
 from specdeploy.api.spec import (
+    AcceptancePolicy,
     Engine,
     EnvVar,
     ModelAccess,
@@ -43,6 +44,7 @@ from specdeploy.api.status import (
     PROGRESSING,
     READY,
     SCHEDULABLE,
+    SPECULATION_EFFECTIVE,
     Acceptance,
     CheckResult,
     Condition,
@@ -66,8 +68,10 @@ __all__ = [
     "SCHEDULABLE",
     "SHORT_NAMES",
     "SINGULAR",
+    "SPECULATION_EFFECTIVE",
     "VERSION",
     "Acceptance",
+    "AcceptancePolicy",
     "ApiModel",
     "CheckResult",
     "Condition",

@@ -340,6 +340,35 @@ class Pairing(ApiModel):
     )
 
 
+class AcceptancePolicy(ApiModel):
+    """When the speculator counts as earning its GPU: the SpeculationEffective condition."""
+
+    min_mean_length: float = Field(
+        default=1.5,
+        ge=1,
+        le=17,
+        description=(
+            "SpeculationEffective is True at or above this mean acceptance length (tokens per "
+            "verifier step, 1 + accepted / drafts), False with reason LowAcceptance below it."
+        ),
+    )
+    min_draft_tokens: int = Field(
+        default=1000,
+        ge=1,
+        le=100_000_000,
+        description=(
+            "Draft tokens the window must hold before acceptance is judged; until then "
+            "SpeculationEffective is Unknown (InsufficientSamples)."
+        ),
+    )
+    window_seconds: int = Field(
+        default=300,
+        ge=30,
+        le=3600,
+        description="Sliding window, in seconds, over which the engines' counters are differenced.",
+    )
+
+
 class SpeculativeDeploymentSpec(ApiModel):
     """Desired state: one verifier/speculator pair served by N replicas."""
 
@@ -380,6 +409,7 @@ class SpeculativeDeploymentSpec(ApiModel):
     resources: Resources = Field(default_factory=Resources, json_schema_extra={"default": {}})
     service: Service = Field(default_factory=Service, json_schema_extra={"default": {}})
     pairing: Pairing = Field(default_factory=Pairing, json_schema_extra={"default": {}})
+    acceptance: AcceptancePolicy = Field(default_factory=AcceptancePolicy, json_schema_extra={"default": {}})
 
 
 class SpeculativeDeployment(ApiModel):

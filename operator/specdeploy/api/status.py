@@ -16,7 +16,8 @@ PROGRESSING = "Progressing"
 DEGRADED = "Degraded"
 PAIRING_VERIFIED = "PairingVerified"
 SCHEDULABLE = "Schedulable"
-CONDITION_ORDER = (READY, PROGRESSING, DEGRADED, PAIRING_VERIFIED, SCHEDULABLE)
+SPECULATION_EFFECTIVE = "SpeculationEffective"
+CONDITION_ORDER = (READY, PROGRESSING, DEGRADED, PAIRING_VERIFIED, SCHEDULABLE, SPECULATION_EFFECTIVE)
 
 ConditionStatus = Literal["True", "False", "Unknown"]
 
@@ -64,10 +65,22 @@ class Plan(ApiModel):
 
 
 class Acceptance(ApiModel):
-    """Speculative decoding acceptance from the engines' metrics (the ACCEPTANCE column); not yet filled."""
+    """Acceptance from the engines' own counters over a sliding window; rewritten when a figure moves."""
 
-    rate: str | None = None
-    mean_length: str | None = None
+    rate: str = Field(description='Accepted / proposed draft tokens, "0" to "1".')
+    mean_length: str = Field(
+        description="Tokens per verifier step: 1 + accepted / drafts (the 1 is the verifier's own token)."
+    )
+    per_position: list[str] = Field(
+        default_factory=list,
+        description="Acceptance rate of the i-th proposed token, per verifier step (vLLM only).",
+    )
+    draft_tokens: int = Field(description="Draft tokens proposed in the window (the figures' sample).")
+    drafts: int = Field(description="Verifier steps that checked a draft in the window.")
+    pods: int = Field(description="Engine pods whose counters the window sums.")
+    window_seconds: int = Field(description="Span of the window the figures cover.")
+    measured_at: str = Field(description="When the figures were read (RFC 3339).")
+    summary: str = Field(description="The ACCEPTANCE column: rate and mean length.")
 
 
 class SpeculativeDeploymentStatus(ApiModel):

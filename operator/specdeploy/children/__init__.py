@@ -1,13 +1,23 @@
 """Child resources of a SpeculativeDeployment: pure functions from the effective spec to manifests."""
 
-from specdeploy.children.deployment import build_deployment
-from specdeploy.children.labels import INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, selector_string
+from specdeploy.children.deployment import ENGINE_CONTAINER, ENGINE_PORT_NAME, METRICS_PATH, build_deployment
+from specdeploy.children.labels import (
+    ENGINE_LABEL,
+    INSTANCE_LABEL,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    selector_string,
+)
 from specdeploy.children.service import build_service, endpoint
 
 __all__ = [
+    "ENGINE_CONTAINER",
+    "ENGINE_LABEL",
+    "ENGINE_PORT_NAME",
     "INSTANCE_LABEL",
     "MANAGED_BY",
     "MANAGED_BY_LABEL",
+    "METRICS_PATH",
     "build_deployment",
     "build_service",
     "endpoint",

@@ -15,6 +15,10 @@ from specdeploy.engines import EngineLaunch
 from specdeploy.modelinfo.hub import default_endpoint
 from specdeploy.planning import Placement
 
+ENGINE_CONTAINER = "engine"
+# The engines serve their OpenAI-compatible API and their Prometheus /metrics on one port.
+ENGINE_PORT_NAME = "http"
+METRICS_PATH = "/metrics"
 SHM_SIZE = "16Gi"
 CACHE_VOLUME = "model-cache"
 SHM_VOLUME = "dshm"
@@ -96,11 +100,11 @@ def _merge_affinity(
 
 def _container(spec: api.SpeculativeDeploymentSpec, launch: EngineLaunch, gpus: int) -> dict[str, Any]:
     container: dict[str, Any] = {
-        "name": "engine",
+        "name": ENGINE_CONTAINER,
         "image": launch.image,
         "imagePullPolicy": spec.engine.image_pull_policy,
         "command": launch.command,
-        "ports": [{"name": "http", "containerPort": launch.port, "protocol": "TCP"}],
+        "ports": [{"name": ENGINE_PORT_NAME, "containerPort": launch.port, "protocol": "TCP"}],
         "resources": _resources(spec, gpus),
         "volumeMounts": _mounts(spec),
         "startupProbe": launch.startup_probe,
@@ -157,9 +161,17 @@ def build_deployment(
     ``placement`` comes from the GPU plan: GPUs per replica, node requirements, tolerations.
     """
     labels = common_labels(name, spec.engine.name)
-    pod_meta: dict[str, Any] = {"labels": {**spec.pod_metadata.labels, **labels}}
-    if spec.pod_metadata.annotations:
-        pod_meta["annotations"] = dict(spec.pod_metadata.annotations)
+    # The annotations plain Prometheus' kubernetes-pods job scrapes by; spec.podMetadata can
+    # override them (prometheus.io/scrape: "false" where a PodMonitor already scrapes).
+    scrape = {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(launch.port),
+        "prometheus.io/path": METRICS_PATH,
+    }
+    pod_meta: dict[str, Any] = {
+        "labels": {**spec.pod_metadata.labels, **labels},
+        "annotations": {**scrape, **spec.pod_metadata.annotations},
+    }
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from specdeploy import api
+from specdeploy.children.deployment import ENGINE_PORT_NAME
 from specdeploy.children.labels import common_labels, object_metadata, selector_labels
 from specdeploy.engines import EngineLaunch
 
@@ -26,7 +27,7 @@ def build_service(
             "selector": selector_labels(name),
             "ports": [
                 {
-                    "name": "http",
+                    "name": ENGINE_PORT_NAME,
                     "port": spec.service.port or launch.port,
                     "targetPort": launch.port,
                     "protocol": "TCP",

@@ -3,7 +3,8 @@
 Starts (or reuses) the sandbox, installs the CRD, runs the operator in the background (stopped
 with the sandbox), applies the seed example and waits until it is Ready. Unless ``--no-engine``,
 it also deploys the tiny EAGLE-3 pair beside it, which the sandbox's engine node serves with a
-real vLLM, waits until that engine answers its readiness probe and sends it a chat completion.
+real vLLM, waits until that engine answers its readiness probe, sends it a chat completion, then
+a little traffic, and shows the acceptance the operator measured from the engine's counters.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ READY_TIMEOUT_S = 180.0
 # A real engine loads, compiles and warms up on CPU: about 80-130 s on 2 cores.
 ENGINE_READY_TIMEOUT_S = 600.0
 PROMPT = "Say hello to the sandbox."
+# Traffic for an acceptance verdict: the example needs 100 draft tokens in its window (3 per
+# verifier step), and the sandbox's operator reads the engine every 10 s.
+TRAFFIC_REQUESTS = 4
+TRAFFIC_TOKENS = 64
+VERDICT_TIMEOUT_S = 60.0
 
 
 def register(subparsers: Any) -> None:
@@ -104,20 +110,24 @@ def _apply_and_wait(k: _Kubectl, namespace: str, path: Path, timeout: float) -> 
     return name, ready
 
 
-def chat_request(model: str) -> dict[str, Any]:
-    return {
+def chat_request(model: str, max_tokens: int = 24) -> dict[str, Any]:
+    request: dict[str, Any] = {
         "model": model,
         "messages": [{"role": "user", "content": PROMPT}],
-        "max_tokens": 24,
+        "max_tokens": max_tokens,
         "temperature": 0,
     }
+    if max_tokens != 24:
+        # Exactly this many tokens (vLLM's extension), so traffic is measured, not guessed.
+        request["ignore_eos"] = True
+    return request
 
 
-def chat(url: str, model: str, timeout: float = 60.0) -> str:
+def chat(url: str, model: str, timeout: float = 60.0, max_tokens: int = 24) -> str:
     """The assistant's reply to :data:`PROMPT` from the OpenAI-compatible server at ``url``."""
     request = urllib.request.Request(
         f"{url}/v1/chat/completions",
-        data=json.dumps(chat_request(model)).encode(),
+        data=json.dumps(chat_request(model, max_tokens)).encode(),
         headers={"Content-Type": "application/json"},
     )
     with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -125,14 +135,18 @@ def chat(url: str, model: str, timeout: float = 60.0) -> str:
     return str(body["choices"][0]["message"]["content"])
 
 
-def _talk_to_engine(k: _Kubectl, namespace: str, name: str) -> bool:
-    """Send one chat completion to the ready engine pod and show how to send another."""
+def _engine(k: _Kubectl, namespace: str, name: str) -> tuple[str, str]:
+    """(URL of the ready engine pod, model name) of a resource."""
     selector = f"app.kubernetes.io/instance={name}"
     pod_ip = k(
         "get", "-n", namespace, "pods", "-l", selector, "-o", "jsonpath={.items[0].status.podIP}"
     ).strip()
     model = json.loads(k("get", "-n", namespace, "sdep", name, "-o", "json"))["spec"]["verifier"]["model"]
-    url = f"http://{pod_ip}:8000"
+    return f"http://{pod_ip}:8000", str(model)
+
+
+def _talk_to_engine(url: str, model: str) -> bool:
+    """Send one chat completion to the ready engine pod and show how to send another."""
     _say(f"asking the engine at {url}: {PROMPT!r}")
     try:
         reply = chat(url, model)
@@ -147,6 +161,30 @@ def _talk_to_engine(k: _Kubectl, namespace: str, name: str) -> bool:
         f"  curl -s {url}/metrics | grep spec_decode"
     )
     return True
+
+
+def _show_acceptance(k: _Kubectl, namespace: str, name: str, url: str, model: str) -> bool:
+    """Send traffic to the engine and show the acceptance the operator measures from it."""
+    _say(f"sending {TRAFFIC_REQUESTS} chat completions of {TRAFFIC_TOKENS} tokens for an acceptance verdict")
+    try:
+        for _ in range(TRAFFIC_REQUESTS):
+            chat(url, model, max_tokens=TRAFFIC_TOKENS)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"error: the engine at {url} did not answer: {exc}", file=sys.stderr)
+        return False
+    effective = "jsonpath={.status.conditions[?(@.type=='SpeculationEffective')]}"
+
+    def verdict() -> dict[str, Any]:
+        found = k("get", "-n", namespace, "sdep", name, "-o", effective, check=False).strip()
+        return dict(json.loads(found)) if found else {}
+
+    judged = _poll(lambda: verdict().get("status") in ("True", "False"), VERDICT_TIMEOUT_S)
+    print(k("get", "-n", namespace, "sdep", name), end="")
+    found = verdict()
+    _say(f"SpeculationEffective={found.get('status')} ({found.get('reason')}): {found.get('message')}")
+    if not judged:
+        print(f"error: no acceptance verdict within {VERDICT_TIMEOUT_S:.0f}s", file=sys.stderr)
+    return judged
 
 
 def run(args: argparse.Namespace) -> int:
@@ -189,7 +227,12 @@ def run(args: argparse.Namespace) -> int:
     if engine:
         _say(f"applying {ENGINE_EXAMPLE}: a tiny pair the engine node serves with a real vLLM")
         engine_name, ready = _apply_and_wait(k, args.namespace, ENGINE_EXAMPLE, ENGINE_READY_TIMEOUT_S)
-        if not ready or not _talk_to_engine(k, args.namespace, engine_name):
+        if not ready:
+            return 1
+        url, model = _engine(k, args.namespace, engine_name)
+        if not _talk_to_engine(url, model):
+            return 1
+        if not _show_acceptance(k, args.namespace, engine_name, url, model):
             return 1
     print(
         "\nLook around:\n"

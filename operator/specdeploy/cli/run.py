@@ -48,6 +48,27 @@ def register(subparsers: Any) -> None:
         "the operator's own lookups and the engines' HF_ENDPOINT (default: $SPECDEPLOY_HUB_ENDPOINT, "
         "else HF_ENDPOINT, else the Hub)",
     )
+    parser.add_argument(
+        "--acceptance-interval",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="read ready engine pods' /metrics for acceptance this often (0 disables; default 30)",
+    )
+    parser.add_argument(
+        "--acceptance-timeout",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="give up on one pod's /metrics after this long (default 5)",
+    )
+    parser.add_argument(
+        "--acceptance-concurrency",
+        type=int,
+        default=32,
+        metavar="N",
+        help="read at most this many engine pods at once (default 32)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.set_defaults(func=run)
 

@@ -8,14 +8,16 @@ built by ``controller.main``), nothing in module globals.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import kopf
 
 from specdeploy import api, children
 from specdeploy.controller import admission, kube
+from specdeploy.controller.engine_metrics import EngineMetricsReader, HttpFetch
 from specdeploy.controller.pods import PodView, project
 from specdeploy.controller.reconcile import Reconciler
 from specdeploy.controller.runtime import Key
@@ -42,13 +44,24 @@ class WebhookServer:
     manage_configuration: bool
 
 
+@dataclass(frozen=True)
+class EngineMetricsSettings:
+    """How the engine metrics reader reads (``specdeploy run --acceptance-*``)."""
+
+    interval: float
+    timeout: float
+    concurrency: int
+
+
 @dataclass
 class OperatorMemo:
     """The process's state, handed to every handler as kopf's ``memo``."""
 
     read_secrets: bool = False
     webhook: WebhookServer | None = None
+    engine_metrics: EngineMetricsSettings | None = None
     reconciler: Reconciler | None = field(default=None)
+    background: set[asyncio.Task[None]] = field(default_factory=set)
 
     def running(self) -> Reconciler:
         assert self.reconciler is not None, "the startup handler creates the reconciler"
@@ -89,11 +102,6 @@ def _view(kwargs: dict[str, Any]) -> IndexView:
     return IndexView({name: kwargs[name] for name in INDICES})
 
 
-def _post_event(body: dict[str, Any], type_: str, reason: str, message: str) -> None:
-    # The raw object from the index: kopf's event poster reads only its metadata, like a Body's.
-    kopf.event(cast(kopf.Body, body), type=type_, reason=reason, message=message)
-
-
 def register_webhook() -> None:
     """Serve the validating webhook (kopf refuses to start with a handler and no server).
 
@@ -106,7 +114,7 @@ def register_webhook() -> None:
 
 
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, memo: OperatorMemo, **_: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, memo: OperatorMemo, **_: Any) -> None:
     """kopf settings, the API client and the reconciler; only event and index handlers are used,
     so kopf keeps no finalizer, progress or diff-base annotations."""
     settings.watching.server_timeout = 300
@@ -130,7 +138,33 @@ def configure(settings: kopf.OperatorSettings, memo: OperatorMemo, **_: Any) -> 
         if server.manage_configuration:
             settings.admission.managed = api.GROUP
     kube.load_config()
-    memo.reconciler = Reconciler(kube.KubeClient(), _post_event, read_secrets=memo.read_secrets)
+    reader = None
+    if memo.engine_metrics is not None:
+        wanted = memo.engine_metrics
+        reader = EngineMetricsReader(
+            HttpFetch(wanted.timeout, wanted.concurrency),
+            interval=wanted.interval,
+            concurrency=wanted.concurrency,
+        )
+    client = kube.KubeClient()
+    memo.reconciler = Reconciler(
+        client, client.post_event, read_secrets=memo.read_secrets, engine_metrics=reader
+    )
+    if reader is not None:
+        task = asyncio.get_running_loop().create_task(memo.reconciler.read_engines())
+        memo.background.add(task)
+
+
+@kopf.on.cleanup()
+async def stop_background(memo: OperatorMemo, **_: Any) -> None:
+    """Stop the engine metrics reader and close its connections."""
+    for task in memo.background:
+        task.cancel()
+    await asyncio.gather(*memo.background, return_exceptions=True)
+    memo.background.clear()
+    reader = memo.reconciler.engine_metrics if memo.reconciler is not None else None
+    if reader is not None:
+        await reader.close()
 
 
 def validate(body: kopf.Body, memo: OperatorMemo, **_: Any) -> None:

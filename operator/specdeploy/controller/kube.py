@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import functools
+import logging
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client, config
@@ -13,8 +15,12 @@ from kubernetes.client.exceptions import ApiException
 from specdeploy import __version__, api
 
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
+# An Event's message is meant for a person at a terminal; the apiserver's own limit is 1 KiB.
+EVENT_MESSAGE_LIMIT = 1024
 USER_AGENT = f"specdeploy/{__version__}"
 FIELD_MANAGER = "specdeploy"
+
+log = logging.getLogger(__name__)
 
 
 def load_config() -> None:
@@ -79,6 +85,40 @@ class KubeClient:
         self.custom.patch_namespaced_custom_object_status(
             api.GROUP, api.VERSION, namespace, api.PLURAL, name, {"status": status}
         )
+
+    def post_event(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """A core/v1 Event on a SpeculativeDeployment (what ``kubectl describe`` lists).
+
+        Posted by the operator itself rather than through kopf, whose poster works only inside a
+        kopf handler's task: reconciles also run from retry timers and the engine metrics reader.
+        A failed post is logged, never raised: an Event is a notice, status holds the truth.
+        """
+        meta = involved["metadata"]
+        now = datetime.now(UTC)
+        if len(message) > EVENT_MESSAGE_LIMIT:
+            message = message[: EVENT_MESSAGE_LIMIT - 3] + "..."
+        event = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{meta['name']}.", namespace=meta["namespace"]),
+            involved_object=client.V1ObjectReference(
+                api_version=api.API_VERSION,
+                kind=api.KIND,
+                name=meta["name"],
+                namespace=meta["namespace"],
+                uid=meta.get("uid"),
+            ),
+            type=type_,
+            reason=reason,
+            message=message,
+            source=client.V1EventSource(component=FIELD_MANAGER),
+            reporting_component=FIELD_MANAGER,
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+        )
+        try:
+            self.core.create_namespaced_event(meta["namespace"], event)
+        except ApiException as exc:
+            log.warning("could not post event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], exc)
 
     def read_configmap(self, namespace: str, name: str) -> dict[str, str] | None:
         """Data of a ConfigMap, or None when it does not exist."""

@@ -49,6 +49,12 @@ def main(args: argparse.Namespace) -> int:
     # The pairing check's hub reads (safetensors headers) draw tqdm bars: noise in a service log.
     disable_progress_bars()
     memo = handlers.OperatorMemo(read_secrets=args.read_token_secrets)
+    if args.acceptance_interval > 0:
+        memo.engine_metrics = handlers.EngineMetricsSettings(
+            interval=args.acceptance_interval,
+            timeout=args.acceptance_timeout,
+            concurrency=args.acceptance_concurrency,
+        )
     if args.metrics_port:
         metrics.serve(args.probe_address, args.metrics_port)
     if args.webhook_port:

@@ -9,9 +9,14 @@ engine that is the tail of its log). No kopf here: the handlers module feeds pod
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
+
+from specdeploy.children import ENGINE_CONTAINER, ENGINE_LABEL, ENGINE_PORT_NAME
 
 # Enough for a Python traceback's last frames and the exception; the kubelet keeps at most 4096.
 TERMINATION_TAIL = 1024
@@ -65,13 +70,33 @@ class ContainerView:
 
 @dataclass(frozen=True, slots=True)
 class PodView:
-    """The projection of one engine pod the pod index keeps."""
+    """The projection of one engine pod the pod index keeps.
+
+    ``command`` is a digest of the engine container's argv, so acceptance is read only from pods
+    running the command status shows; ``ip`` and ``port`` are where its /metrics answer;
+    ``serving_since`` is when it last became Ready (epoch seconds): its engine counted nothing
+    served before that.
+    """
 
     name: str
     phase: str
     deleting: bool
     ready: bool
     containers: tuple[ContainerView, ...]
+    engine: str = ""
+    ip: str = ""
+    port: int | None = None
+    command: str = ""
+    serving_since: float | None = None
+
+    @property
+    def restarts(self) -> int:
+        return sum(c.restart_count for c in self.containers)
+
+
+def command_digest(argv: Sequence[str]) -> str:
+    """A short, stable digest of an argv (what a pod runs, or what status says it should)."""
+    return hashlib.sha256(json.dumps(list(argv)).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +138,20 @@ def _container(status: Mapping[str, Any]) -> ContainerView:
     )
 
 
+def _engine_container(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    containers = (body.get("spec") or {}).get("containers") or []
+    return next((c for c in containers if c.get("name") == ENGINE_CONTAINER), {})
+
+
+def _ready_since(status: Mapping[str, Any]) -> float | None:
+    """When the pod last became Ready (None while it is not)."""
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "Ready" and condition.get("status") == "True":
+            since = condition.get("lastTransitionTime")
+            return datetime.fromisoformat(str(since).replace("Z", "+00:00")).timestamp() if since else None
+    return None
+
+
 def project(body: Mapping[str, Any]) -> PodView:
     """The projection of a pod body (as the watch delivers it)."""
     meta = body.get("metadata") or {}
@@ -120,12 +159,29 @@ def project(body: Mapping[str, Any]) -> PodView:
     ready = any(
         c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
     )
+    engine = _engine_container(body)
+    ports = engine.get("ports") or []
+    port = next((p.get("containerPort") for p in ports if p.get("name") == ENGINE_PORT_NAME), None)
     return PodView(
         name=str(meta.get("name") or ""),
         phase=str(status.get("phase") or ""),
         deleting=bool(meta.get("deletionTimestamp")),
         ready=ready,
         containers=tuple(_container(c) for c in status.get("containerStatuses") or []),
+        engine=str((meta.get("labels") or {}).get(ENGINE_LABEL) or ""),
+        ip=str(status.get("podIP") or ""),
+        port=int(port) if port else None,
+        command=command_digest(engine["command"]) if engine.get("command") else "",
+        serving_since=_ready_since(status),
+    )
+
+
+def serving(pods: Iterable[PodView], command: Sequence[str]) -> list[PodView]:
+    """Ready pods running ``command`` with an address to read metrics from, by name."""
+    digest = command_digest(command)
+    return sorted(
+        (p for p in pods if p.ready and not p.deleting and p.ip and p.port and p.command == digest),
+        key=lambda p: p.name,
     )
 
 

@@ -19,6 +19,7 @@ from typing import Any, Protocol, TypeVar
 
 from specdeploy import api, pipeline
 from specdeploy.controller import diffing, metrics, status
+from specdeploy.controller.engine_metrics import EngineMetricsReader
 from specdeploy.controller.kube import KubeClient
 from specdeploy.controller.pods import FailureMemory, PodView, pod_failure
 from specdeploy.controller.runtime import CallLater, Key, Outcome, WorkQueue, WriteLedger, loop_call_later
@@ -88,6 +89,7 @@ class Reconciler:
         read_secrets: bool = False,
         resolver: ModelResolver | None = None,
         call_later: CallLater = loop_call_later,
+        engine_metrics: EngineMetricsReader | None = None,
     ) -> None:
         self.kube = kube
         self.post_event = post_event
@@ -97,6 +99,7 @@ class Reconciler:
         self.pod_failures = FailureMemory()
         self.ledger = WriteLedger()
         self.queue = WorkQueue(self._reconcile, call_later=call_later, on_done=_record)
+        self.engine_metrics = engine_metrics
         self.view: ClusterView | None = None
         # API calls and hub downloads block; a pool of their own keeps them from queueing behind
         # (or starving) kopf's and aiohttp's own threads.
@@ -110,9 +113,23 @@ class Reconciler:
         await self.queue.submit(key)
 
     def forget(self, key: Key) -> None:
-        """A resource is gone: drop its pending retry and remembered writes."""
+        """A resource is gone: drop its pending retry, remembered writes, window and metric series."""
         self.queue.forget(key)
         self.ledger.forget(key)
+        if self.engine_metrics is not None:
+            self.engine_metrics.forget(key)
+        metrics.forget_acceptance(key)
+
+    async def read_engines(self) -> None:
+        """Run the engine metrics reader (a startup task): a resource whose acceptance changed is
+        reconciled like one whose child changed."""
+        assert self.engine_metrics is not None, "started only with a reader"
+
+        async def changed(key: Key) -> None:
+            if self.view is not None:
+                await self.submit(key, self.view)
+
+        await self.engine_metrics.run(lambda: self.view, changed)
 
     async def node_changed(self, name: str, node_view: dict[str, Any] | None, view: ClusterView) -> None:
         """A GPU inventory change may let a waiting resource proceed (NoNodeFits).
@@ -168,7 +185,9 @@ class Reconciler:
             for manifest, current in ((desired.deployment, deployment), (desired.service, view.service(key))):
                 if manifest is not None:
                     await self._apply(key, diffing.stamped(manifest), current)
-        new_status, transitions = status.status_for(body, desired, deployment, view.pods(key))
+        reading = None if self.engine_metrics is None else self.engine_metrics.reading(key)
+        new_status, transitions = status.status_for(body, desired, deployment, view.pods(key), reading)
+        metrics.publish_acceptance(key, {**(body.get("status") or {}), **(new_status or {})})
         if new_status is not None:
             fingerprint = diffing.status_fingerprint(new_status)
             version = _version(body)
@@ -181,7 +200,7 @@ class Reconciler:
         for t in transitions:
             healthy = (t.status == "False") if t.type == api.DEGRADED else (t.status != "False")
             kind = "Normal" if healthy else "Warning"
-            self.post_event(body, kind, t.reason, f"{t.type}={t.status}: {t.message}")
+            await self._run(self.post_event, body, kind, t.reason, f"{t.type}={t.status}: {t.message}")
         if desired.retry:
             return "retry"
         return "blocked" if desired.blocked else "converged"

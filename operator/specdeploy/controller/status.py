@@ -2,8 +2,9 @@
 
 Ready, Progressing and Degraded come from the child Deployment's rollout (or from the stage that
 blocked) and, while the rollout is incomplete, from its pods' failures (``controller.pods``);
-PairingVerified and Schedulable come from the pipeline. Nothing is written when nothing changed
-but transition times.
+PairingVerified and Schedulable come from the pipeline; acceptance and SpeculationEffective from
+the engine metrics reader's window (``acceptance.judge``). Nothing is written when nothing
+changed but transition times.
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from specdeploy import api
-from specdeploy.api import Condition
+from pydantic import ValidationError
+
+from specdeploy import acceptance, api
+from specdeploy.api import Acceptance, Condition
 from specdeploy.controller import conditions, diffing
-from specdeploy.controller.pods import PodView, first_failure
+from specdeploy.controller.pods import PodView, first_failure, serving
 from specdeploy.pipeline import Desired
 
 
@@ -97,26 +100,71 @@ def _deployment_failure(deployment: dict[str, Any] | None) -> str | None:
     return None
 
 
+def _policy(body: dict[str, Any]) -> api.AcceptancePolicy:
+    try:
+        return api.AcceptancePolicy.model_validate((body.get("spec") or {}).get("acceptance") or {})
+    except ValidationError:
+        return api.AcceptancePolicy()
+
+
+def speculation(
+    body: dict[str, Any], command: Sequence[str], reading: acceptance.Reading | None, serving_pods: int
+) -> tuple[Acceptance | None, Condition]:
+    """The acceptance figures and SpeculationEffective for ``command``: stored figures count only
+    when they were measured on that command (a new pair or new flags start over)."""
+    current = body.get("status") or {}
+    same_command = list(current.get("command") or []) == list(command)
+    stored = None
+    if current.get("acceptance") and same_command:
+        try:
+            stored = Acceptance.model_validate(current["acceptance"])
+        except ValidationError:
+            stored = None
+    previous = _stored_condition(current) if same_command else None
+    return acceptance.judge(stored, reading, serving_pods, _policy(body), previous)
+
+
+def _stored_condition(current: dict[str, Any]) -> Condition | None:
+    for stored in current.get("conditions") or []:
+        if stored.get("type") == api.SPECULATION_EFFECTIVE:
+            try:
+                return Condition.model_validate(stored)
+            except ValidationError:
+                return None
+    return None
+
+
+def acceptance_outdated(body: dict[str, Any], reading: acceptance.Reading, serving_pods: int) -> bool:
+    """True when a reconcile would now write other acceptance figures or another condition."""
+    current = body.get("status") or {}
+    figures, condition = speculation(body, current.get("command") or [], reading, serving_pods)
+    stored = _stored_condition(current)
+    dumped = None if figures is None else figures.model_dump(by_alias=True, exclude_none=True)
+    return dumped != current.get("acceptance") or stored is None or (
+        stored.status,
+        stored.reason,
+        stored.message,
+    ) != (condition.status, condition.reason, condition.message)
+
+
 def status_for(
     body: dict[str, Any],
     result: Desired,
     deployment: dict[str, Any] | None,
     pods: Sequence[PodView] = (),
+    reading: acceptance.Reading | None = None,
 ) -> tuple[dict[str, Any] | None, list[conditions.Transition]]:
     """The status to write (None when unchanged) and the condition transitions to report."""
     current = body.get("status") or {}
     generation = body.get("metadata", {}).get("generation")
     spec_replicas = int((body.get("spec") or {}).get("replicas", 1))
     replicas, ready, updated, _ = _rollout(deployment, spec_replicas)
-    conds = [*lifecycle_conditions(result, deployment, spec_replicas, pods), *result.conditions]
-    merged, transitions = conditions.merge(current.get("conditions") or [], conds, generation)
     observed = result.status.model_copy(
         update={
             "observed_generation": generation,
             "replicas": replicas,
             "ready_replicas": ready,
             "updated_replicas": updated,
-            "conditions": [Condition.model_validate(c) for c in merged],
         }
     )
     # Only the fields this reconcile decided: an unset one is removed from the stored status.
@@ -126,15 +174,22 @@ def status_for(
         for kept in ("command", "endpoint", "selector", "tensorParallelSize"):
             if kept in current and kept not in desired:
                 desired[kept] = current[kept]
+    command = desired.get("command") or []
+    figures, effective = speculation(body, command, reading, len(serving(pods, command)))
+    if figures is not None:
+        desired["acceptance"] = figures.model_dump(by_alias=True, exclude_none=True)
+    conds = [*lifecycle_conditions(result, deployment, spec_replicas, pods), *result.conditions, effective]
+    merged, transitions = conditions.merge(current.get("conditions") or [], conds, generation)
     unchanged = (
         conditions.same(current.get("conditions") or [], merged)
-        and all(current.get(k) == v for k, v in desired.items() if k != "conditions")
-        and not (set(current) - set(desired) - {"acceptance"})
+        and all(current.get(k) == v for k, v in desired.items())
+        and not (set(current) - set(desired) - {"conditions"})
     )
     if unchanged:
         return None, []
-    patch: dict[str, Any] = {k: None for k in current if k not in desired and k != "acceptance"}
+    patch: dict[str, Any] = {k: None for k in current if k not in desired and k != "conditions"}
     patch.update(desired)
+    patch["conditions"] = merged
     return patch, transitions
 
 

@@ -1,0 +1,187 @@
+"""From a window of counters to the figures status shows and the SpeculationEffective condition.
+
+Pure: the reader and the reconcile both call :func:`judge`, the reader to decide whether a
+reconcile is due, the reconcile to write, so they cannot disagree. Figures are rewritten only
+when they moved by more than the rounding noise (or crossed the threshold), so steady traffic
+and an idle cluster both write nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import ROUND_HALF_EVEN, Decimal
+
+from specdeploy import api
+from specdeploy.acceptance.counters import SpecCounters
+from specdeploy.api import Acceptance, AcceptancePolicy, Condition
+from specdeploy.children import ENGINE_PORT_NAME, METRICS_PATH
+
+# A figure is rewritten when it moved at least this much: about the rounding of two decimals
+# plus the sampling noise of the default 1000 draft tokens.
+RATE_STEP = Decimal("0.02")
+LENGTH_STEP = Decimal("0.05")
+CENTS = Decimal("0.01")
+
+EFFECTIVE = "AcceptanceAboveThreshold"
+LOW_ACCEPTANCE = "LowAcceptance"
+NOT_SERVING = "NotServing"
+METRICS_UNAVAILABLE = "MetricsUnavailable"
+INSUFFICIENT_SAMPLES = "InsufficientSamples"
+
+ADVICE = (
+    "check the pairing (a draft trained for this verifier, revision and chat template), try "
+    "another speculator, or serve the verifier without speculation"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """One resource's window as the last read left it.
+
+    ``targets``: ready pods running the current command that were asked; ``answered``: those that
+    returned speculative decoding counters; ``failure``: why the first of the others did not.
+    """
+
+    measured_at: datetime
+    targets: int
+    answered: int
+    failure: str | None
+    counters: SpecCounters
+    pods: int
+    window_seconds: int
+
+
+def decimal(value: float | Decimal) -> str:
+    """Two decimals without trailing zeros: 0.9 -> "0.9", 1.0 -> "1", 3.756 -> "3.76"."""
+    rounded = Decimal(value).quantize(CENTS, rounding=ROUND_HALF_EVEN)
+    text = format(rounded, "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def figures(reading: Reading) -> Acceptance:
+    """Status figures of a window that holds at least one draft."""
+    c = reading.counters
+    rate = decimal(Decimal(c.accepted) / Decimal(c.draft_tokens)) if c.draft_tokens else "0"
+    mean_length = decimal(1 + Decimal(c.accepted) / Decimal(c.drafts))
+    return Acceptance(
+        rate=rate,
+        mean_length=mean_length,
+        per_position=[decimal(Decimal(kept) / Decimal(c.drafts)) for kept in c.per_position],
+        draft_tokens=c.draft_tokens,
+        drafts=c.drafts,
+        pods=reading.pods,
+        window_seconds=reading.window_seconds,
+        measured_at=reading.measured_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        summary=f"{rate} ({mean_length} tokens/step)",
+    )
+
+
+def _effective(acceptance: Acceptance, policy: AcceptancePolicy) -> bool:
+    return Decimal(acceptance.mean_length) >= Decimal(str(policy.min_mean_length))
+
+
+def moved(stored: Acceptance, new: Acceptance, policy: AcceptancePolicy) -> bool:
+    """True when ``new`` is worth a status write over ``stored``."""
+    return (
+        abs(Decimal(new.rate) - Decimal(stored.rate)) >= RATE_STEP
+        or abs(Decimal(new.mean_length) - Decimal(stored.mean_length)) >= LENGTH_STEP
+        or _effective(new, policy) != _effective(stored, policy)
+    )
+
+
+def _measured(acceptance: Acceptance) -> str:
+    return (
+        f"mean acceptance length {acceptance.mean_length} tokens per verifier step (rate "
+        f"{acceptance.rate}, {acceptance.draft_tokens} draft tokens over {acceptance.window_seconds}s "
+        f"from {acceptance.pods} pod(s), measured {acceptance.measured_at})"
+    )
+
+
+def condition(
+    acceptance: Acceptance | None,
+    reading: Reading | None,
+    serving: int,
+    policy: AcceptancePolicy,
+    previous: Condition | None = None,
+) -> Condition:
+    """SpeculationEffective from the figures status holds, else from why there are none.
+
+    Before the first read (an operator just started) a stored "why none" stands: a restart
+    must not flip MetricsUnavailable to InsufficientSamples and back.
+    """
+    threshold = f"spec.acceptance.minMeanLength {policy.min_mean_length:g}"
+    if acceptance is not None:
+        if _effective(acceptance, policy):
+            return Condition(
+                type=api.SPECULATION_EFFECTIVE,
+                status="True",
+                reason=EFFECTIVE,
+                message=f"{_measured(acceptance)} is at or above {threshold}",
+            )
+        return Condition(
+            type=api.SPECULATION_EFFECTIVE,
+            status="False",
+            reason=LOW_ACCEPTANCE,
+            message=(
+                f"{_measured(acceptance)} is below {threshold}: the speculator costs GPU memory and "
+                f"compute while saving few verifier steps; {ADVICE}"
+            ),
+        )
+    if serving == 0:
+        return Condition(
+            type=api.SPECULATION_EFFECTIVE,
+            status="Unknown",
+            reason=NOT_SERVING,
+            message="no ready engine pod runs the current command; acceptance is read from ready pods",
+        )
+    waiting = (METRICS_UNAVAILABLE, INSUFFICIENT_SAMPLES)
+    if reading is None and previous is not None and previous.reason in waiting:
+        return previous
+    if reading is not None and reading.targets and not reading.answered:
+        return Condition(
+            type=api.SPECULATION_EFFECTIVE,
+            status="Unknown",
+            reason=METRICS_UNAVAILABLE,
+            message=(
+                f"no ready engine pod answered with speculative decoding counters ({reading.failure}); "
+                f"the operator reads each ready pod's {METRICS_PATH} on its named port {ENGINE_PORT_NAME}"
+            ),
+        )
+    return Condition(
+        type=api.SPECULATION_EFFECTIVE,
+        status="Unknown",
+        reason=INSUFFICIENT_SAMPLES,
+        message=(
+            f"fewer than {policy.min_draft_tokens} draft tokens (spec.acceptance.minDraftTokens) were "
+            f"proposed in the last {policy.window_seconds}s (spec.acceptance.windowSeconds); "
+            "acceptance is judged from live traffic"
+        ),
+    )
+
+
+def judge(
+    stored: Acceptance | None,
+    reading: Reading | None,
+    serving: int,
+    policy: AcceptancePolicy,
+    previous: Condition | None = None,
+) -> tuple[Acceptance | None, Condition]:
+    """The acceptance status should hold and its condition.
+
+    ``stored``: the figures in status (None when absent or measured on another command);
+    ``serving``: ready pods running the current command; ``previous``: the stored condition.
+    New figures replace stored ones when
+    the window holds ``minDraftTokens`` and they moved; otherwise stored figures stay, however
+    old, since traffic that stopped says nothing new about the pair.
+    """
+    acceptance = stored
+    if (
+        reading is not None
+        and reading.counters.drafts
+        and reading.counters.draft_tokens >= policy.min_draft_tokens
+    ):
+        new = figures(reading)
+        if stored is None or moved(stored, new, policy):
+            acceptance = new
+    return acceptance, condition(acceptance, reading, serving, policy, previous)

@@ -1,0 +1,269 @@
+"""The one reader of engine metrics for the whole operator: acceptance measured from live engines.
+
+Every ``interval`` (with jitter) one round reads ``/metrics`` of every ready engine pod that runs
+the command its resource's status shows, at most ``concurrency`` at a time, each within
+``timeout`` and a size cap. Resources without such pods cost nothing: no request, no state. The
+counters go into each resource's sliding window (``acceptance.Window``); when what status would
+show changed (``controller.status.acceptance_outdated``), the resource is handed to the work queue,
+whose reconcile writes it. No timer per object: one loop, one HTTP connection pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import os
+import random
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import aiohttp
+
+from specdeploy import acceptance, api
+from specdeploy.children import METRICS_PATH
+from specdeploy.controller import metrics, status
+from specdeploy.controller.pods import PodView, command_digest, serving
+from specdeploy.controller.runtime import Key
+
+DEFAULT_INTERVAL_S = 30.0
+DEFAULT_CONCURRENCY = 32
+JITTER = 0.1
+# A vLLM exposition is about 60 KB; a response this large is not an engine's.
+MAX_BYTES = 8 * 1024 * 1024
+CHUNK_BYTES = 64 * 1024
+
+log = logging.getLogger(__name__)
+
+
+class FetchError(Exception):
+    """A pod did not answer with metrics; the message is short and stable (it lands in status)."""
+
+
+class Fetch(Protocol):
+    """GET a URL's body; FetchError when there is none (HttpFetch in production)."""
+
+    async def __call__(self, url: str) -> str: ...
+
+    async def close(self) -> None: ...
+
+
+class View(Protocol):
+    """What a round reads of the watch caches (the reconciler's ClusterView has it)."""
+
+    def resource(self, key: Key) -> dict[str, Any] | None: ...
+
+    def resource_keys(self) -> list[Key]: ...
+
+    def pods(self, key: Key) -> list[PodView]: ...
+
+
+def metrics_url(pod: PodView) -> str:
+    host = f"[{pod.ip}]" if ipaddress.ip_address(pod.ip).version == 6 else pod.ip
+    return f"http://{host}:{pod.port}{METRICS_PATH}"
+
+
+class HttpFetch:
+    """GET with a timeout and a size cap over one connection pool (created on first use, inside
+    the running loop, as aiohttp requires)."""
+
+    def __init__(self, timeout: float, concurrency: int) -> None:
+        self.timeout = timeout
+        self.concurrency = concurrency
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __call__(self, url: str) -> str:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self.concurrency),
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
+            )
+        try:
+            async with self._session.get(url, allow_redirects=False) as response:
+                if response.status != 200:
+                    raise FetchError(f"HTTP {response.status}")
+                chunks: list[bytes] = []
+                size = 0
+                async for chunk in response.content.iter_chunked(CHUNK_BYTES):
+                    size += len(chunk)
+                    if size > MAX_BYTES:
+                        raise FetchError(f"response larger than {MAX_BYTES // 2**20} MiB")
+                    chunks.append(chunk)
+        except TimeoutError as exc:
+            raise FetchError(f"no answer within {self.timeout:g}s") from exc
+        except aiohttp.ClientConnectorError as exc:
+            # "Connection refused", not asyncio's message with the address in it.
+            error = exc.os_error
+            raise FetchError(os.strerror(error.errno) if error.errno else type(error).__name__) from exc
+        except aiohttp.ClientError as exc:
+            raise FetchError(type(exc).__name__) from exc
+        return b"".join(chunks).decode(errors="replace")
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """One pod's answer: its counters, or why there are none."""
+
+    pod: PodView
+    counters: acceptance.SpecCounters | None
+    failure: str | None
+
+
+class EngineMetricsReader:
+    """Reads engine counters in rounds and keeps one window and one reading per resource.
+
+    Memory is bounded by the resources with ready pods, their pods and the reads per window;
+    ``forget`` drops a deleted resource.
+    """
+
+    def __init__(
+        self,
+        fetch: Fetch,
+        *,
+        interval: float = DEFAULT_INTERVAL_S,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        jitter: Callable[[], float] = lambda: random.uniform(-JITTER, JITTER),
+    ) -> None:
+        self.fetch = fetch
+        self.interval = interval
+        self._limit = asyncio.Semaphore(concurrency)
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._jitter = jitter
+        self._windows: dict[Key, tuple[str, acceptance.Window]] = {}
+        self._readings: dict[Key, acceptance.Reading] = {}
+
+    def reading(self, key: Key) -> acceptance.Reading | None:
+        return self._readings.get(key)
+
+    def forget(self, key: Key) -> None:
+        if self._windows.pop(key, None) is not None:
+            metrics.publish_window(key, None)
+        self._readings.pop(key, None)
+
+    def __len__(self) -> int:
+        """Resources holding a window (bounded by those with ready engine pods)."""
+        return len(self._windows)
+
+    async def close(self) -> None:
+        await self.fetch.close()
+
+    async def run(
+        self, view: Callable[[], View | None], changed: Callable[[Key], Coroutine[Any, Any, None]]
+    ) -> None:
+        """Read forever: one round per interval (+-10%), started from the previous round's start."""
+        pending: set[asyncio.Task[None]] = set()
+        while True:
+            started = self._clock()
+            current = view()
+            try:
+                keys = [] if current is None else await self.read_round(current)
+            except Exception:
+                # The loop's boundary: a bug on one round must not end acceptance for good.
+                log.exception("a round of engine metrics reads failed; the next one runs as planned")
+                keys = []
+            for key in keys:
+                task = asyncio.get_running_loop().create_task(changed(key))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+            elapsed = self._clock() - started
+            metrics.ENGINE_READ_ROUND_SECONDS.observe(elapsed)
+            await asyncio.sleep(max(0.0, self.interval * (1 + self._jitter()) - elapsed))
+
+    async def read_round(self, view: View) -> list[Key]:
+        """Read every resource's serving pods once; the keys whose status is now outdated.
+
+        A resource whose pods are all unready (an engine restarting) keeps its window, so the
+        restarted engine's counters are known to start from zero; it is dropped once its pods
+        are gone and nothing of theirs is left in the window.
+        """
+        jobs: list[tuple[Key, dict[str, Any], list[PodView], set[str]]] = []
+        for key in view.resource_keys():
+            body = view.resource(key)
+            if body is None:
+                self.forget(key)
+                continue
+            pods = view.pods(key)
+            command = (body.get("status") or {}).get("command") or []
+            targets = serving(pods, command) if command else []
+            if targets or key in self._windows:
+                jobs.append((key, body, targets, {p.name for p in pods}))
+        reads = iter(await asyncio.gather(*(self._read(pod) for _, _, targets, _ in jobs for pod in targets)))
+        changed = []
+        for key, body, targets, present in jobs:
+            reading = self._update(key, body, [next(reads) for _ in targets], present)
+            if not targets and not self._windows[key][1]:
+                self.forget(key)
+            elif status.acceptance_outdated(body, reading, len(targets)):
+                changed.append(key)
+        return changed
+
+    async def _read(self, pod: PodView) -> _Read:
+        async with self._limit:
+            try:
+                text = await self.fetch(metrics_url(pod))
+                found = acceptance.counters(_engine(pod), text)
+            except FetchError as exc:
+                metrics.ENGINE_READS.labels("unreachable").inc()
+                return _Read(pod, None, f"pod {pod.name}: {exc}")
+            except acceptance.NoSpeculationMetrics as exc:
+                metrics.ENGINE_READS.labels("no_speculation").inc()
+                return _Read(pod, None, f"pod {pod.name}: {exc}")
+            except ValueError as exc:
+                metrics.ENGINE_READS.labels("unparsable").inc()
+                log.debug("metrics of pod %s do not parse: %s", pod.name, exc)
+                return _Read(pod, None, f"pod {pod.name}: the exposition does not parse")
+        metrics.ENGINE_READS.labels("ok").inc()
+        return _Read(pod, found, None)
+
+    def _update(
+        self, key: Key, body: dict[str, Any], reads: list[_Read], present: set[str]
+    ) -> acceptance.Reading:
+        """Record the reads in the resource's window (a new one when its command changed: what
+        pods counted under other flags or another pair says nothing about this one)."""
+        policy = _policy(body)
+        now = self._clock()
+        digest = command_digest((body.get("status") or {}).get("command") or [])
+        held = self._windows.get(key)
+        if held is None or held[0] != digest:
+            held = self._windows[key] = (digest, acceptance.Window())
+        window = held[1]
+        wall = self._wall_clock()
+        for read in reads:
+            if read.counters is not None:
+                since_ready = read.pod.serving_since
+                age = None if since_ready is None else max(0.0, wall.timestamp() - since_ready)
+                since = now - age if age is not None and age <= policy.window_seconds else None
+                window.record(read.pod.name, read.pod.restarts, read.counters, now, since=since)
+        window.prune(now, policy.window_seconds, present)
+        totals = window.totals(now, policy.window_seconds)
+        reading = acceptance.Reading(
+            measured_at=wall,
+            targets=len(reads),
+            answered=sum(read.counters is not None for read in reads),
+            failure=next((read.failure for read in reads if read.failure), None),
+            counters=totals.counters,
+            pods=totals.pods,
+            window_seconds=round(totals.seconds),
+        )
+        self._readings[key] = reading
+        metrics.publish_window(key, totals.counters.draft_tokens)
+        return reading
+
+
+def _engine(pod: PodView) -> api.EngineName:
+    return "sglang" if pod.engine == "sglang" else "vllm"
+
+
+def _policy(body: dict[str, Any]) -> api.AcceptancePolicy:
+    return api.AcceptancePolicy.model_validate(((body.get("spec") or {}).get("acceptance")) or {})
