@@ -277,7 +277,7 @@ def main() -> int:
         else:
             sandbox = Sandbox(f"bench-{os.getpid()}", workdir / "sandboxes")
             try:
-                sandbox.up(owner_pid=os.getpid())
+                sandbox.up(owner_pid=os.getpid(), engine_nodes=0)
                 results = run(sandbox.kubeconfig, args.resources, workdir, args.timeout)
             finally:
                 sandbox.down()

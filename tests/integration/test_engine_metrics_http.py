@@ -89,7 +89,7 @@ def test_pods_that_do_not_answer_get_a_short_reason(engine: str) -> None:
         f"{engine}/slow", f"{engine}/huge", f"{engine}/nothing", f"http://127.0.0.1:{_closed_port()}/metrics"
     )
     assert str(slow) == "no answer within 1s"
-    assert str(huge) == "response larger than 8 MiB"
+    assert str(huge) == "response larger than 2 MiB"
     assert str(missing) == "HTTP 404"
     assert str(refused) == "Connection refused"
     # The slow one was given up on at its timeout, not waited for.

@@ -250,7 +250,7 @@ def test_a_restarting_engine_keeps_its_window_and_counts_from_zero_after() -> No
     assert fetch.urls == [] and len(subject) == 1
 
     clock.now = 400  # the old process's counts have left the window meanwhile
-    view.pod_views[key] = [pod("pair-a", "10.0.0.1", restarts=1)]
+    view.pod_views[key] = [pod("pair-a", "10.0.0.1", restarts=1, serving_since=WALL.timestamp() - 5)]
     fetch.answers[url("10.0.0.1")] = exposition(20, 60)
     asyncio.run(subject.read_round(view))
     found = subject.reading(key)
@@ -281,16 +281,19 @@ def test_a_new_command_starts_a_new_window() -> None:
 
 
 def test_a_new_engine_serving_before_its_first_read_loses_nothing() -> None:
-    """Ready 40 s ago (within the 300 s window): its first read counts whole; one serving since
-    before the window (an operator restart over old pods) is a baseline."""
+    """Ready since the previous round, 20 s ago: its first read counts whole. On the reader's
+    first round (an operator restart over old pods) and for a pod Ready before the previous
+    round, the first read is a baseline."""
     view, fetch, clock = View(), FakeFetch(), Clock()
-    for name, ip, age in (("new", "10.0.0.1", 40), ("old", "10.0.0.2", 3600)):
+    subject = reader(fetch, clock)
+    asyncio.run(subject.read_round(view))  # the first round, with nothing to read
+    clock.now = 30
+    for name, ip, age in (("new", "10.0.0.1", 20), ("old", "10.0.0.2", 3600)):
         key = (NS, name)
         view.resources[key] = resource(name)
         view.pod_views[key] = [pod(f"{name}-a", ip, serving_since=WALL.timestamp() - age)]
         fetch.answers[url(ip)] = exposition(50, 150)
-    subject = reader(fetch, clock)
     asyncio.run(subject.read_round(view))
     new, old = subject.reading((NS, "new")), subject.reading((NS, "old"))
-    assert new is not None and new.counters.draft_tokens == 150 and new.window_seconds == 40
+    assert new is not None and new.counters.draft_tokens == 150 and new.window_seconds == 20
     assert old is not None and old.counters.draft_tokens == 0

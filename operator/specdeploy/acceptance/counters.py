@@ -9,6 +9,7 @@ label set) is a hundred times larger than the few counters read here.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -22,6 +23,10 @@ VLLM_DRAFTS = "vllm:spec_decode_num_drafts_total"
 VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 VLLM_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+
+# Proposed tokens per step are at most 16 (spec.speculator.numSpeculativeTokens); a position
+# label beyond this is not an engine's.
+MAX_POSITIONS = 64
 
 SGLANG_GENERATION_TOKENS = "sglang:generation_tokens_total"
 SGLANG_REQUESTS = "sglang:num_requests_total"
@@ -102,17 +107,24 @@ def _samples(text: str, prefixes: tuple[str, ...]) -> Iterable[Sample]:
         yield from family.samples
 
 
+def _count(value: float) -> int:
+    """A counter's value as a count; ValueError for what no engine counts (inf, nan)."""
+    if not math.isfinite(value):
+        raise ValueError(f"a counter of {value} is not a count")
+    return round(value)
+
+
 def _total(samples: list[Sample], name: str) -> int | None:
     """The sum over every label set (engine, model, streaming) of ``name``; None when absent."""
     values = [s.value for s in samples if s.name == name]
-    return round(sum(values)) if values else None
+    return _count(sum(values)) if values else None
 
 
 def _setting(samples: list[Sample], name: str) -> int | None:
     """A configuration gauge every scheduler exports alike (one per data-parallel group): one
     value, not their sum; None when absent."""
     values = [s.value for s in samples if s.name == name]
-    return round(max(values)) if values else None
+    return _count(max(values)) if values else None
 
 
 def vllm_counters(text: str) -> SpecCounters:
@@ -124,15 +136,16 @@ def vllm_counters(text: str) -> SpecCounters:
         raise NoSpeculationMetrics(f"no {VLLM_DRAFTS} in the exposition")
     by_position: dict[int, float] = {}
     for sample in samples:
-        if sample.name == VLLM_ACCEPTED_PER_POS and sample.labels.get("position", "").isdigit():
-            position = int(sample.labels["position"])
+        label = sample.labels.get("position", "")
+        if sample.name == VLLM_ACCEPTED_PER_POS and label.isdigit() and int(label) < MAX_POSITIONS:
+            position = int(label)
             by_position[position] = by_position.get(position, 0.0) + sample.value
     width = max(by_position, default=-1) + 1
     return SpecCounters(
         drafts=drafts,
         draft_tokens=_total(samples, VLLM_DRAFT_TOKENS) or 0,
         accepted=_total(samples, VLLM_ACCEPTED) or 0,
-        per_position=tuple(round(by_position.get(i, 0.0)) for i in range(width)),
+        per_position=tuple(_count(by_position.get(i, 0.0)) for i in range(width)),
     )
 
 

@@ -2,8 +2,9 @@
 
 Pure: the reader and the reconcile both call :func:`judge`, the reader to decide whether a
 reconcile is due, the reconcile to write, so they cannot disagree. Figures are rewritten only
-when they moved by more than the rounding noise (or crossed the threshold), so steady traffic
-and an idle cluster both write nothing.
+when they moved by more than their rounding and sampling noise, so steady traffic and an idle
+cluster both write nothing, and a pair whose acceptance sits at the threshold does not flip its
+verdict back and forth with every window.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from specdeploy.acceptance.counters import SpecCounters
 from specdeploy.api import Acceptance, AcceptancePolicy, Condition
 from specdeploy.children import ENGINE_PORT_NAME, METRICS_PATH
 
-# A figure is rewritten when it moved at least this much: about the rounding of two decimals
-# plus the sampling noise of the default 1000 draft tokens.
+# A figure is rewritten when it moved at least this much, or twice its sampling noise when that
+# is larger (few draft tokens): more than the rounding of two decimals.
 RATE_STEP = Decimal("0.02")
 LENGTH_STEP = Decimal("0.05")
 CENTS = Decimal("0.01")
@@ -39,13 +40,17 @@ ADVICE = (
 class Reading:
     """One resource's window as the last read left it.
 
-    ``targets``: ready pods running the current command that were asked; ``answered``: those that
-    returned speculative decoding counters; ``failure``: why the first of the others did not.
+    ``command``: digest of the command whose pods were read (a reading of another command says
+    nothing about this one); ``targets``: ready pods running it that were asked; ``answered``:
+    those that returned speculative decoding counters; ``silent``: none has within the window;
+    ``failure``: why the first of the others did not.
     """
 
+    command: str
     measured_at: datetime
     targets: int
     answered: int
+    silent: bool
     failure: str | None
     counters: SpecCounters
     pods: int
@@ -81,12 +86,23 @@ def _effective(acceptance: Acceptance, policy: AcceptancePolicy) -> bool:
     return Decimal(acceptance.mean_length) >= Decimal(str(policy.min_mean_length))
 
 
-def moved(stored: Acceptance, new: Acceptance, policy: AcceptancePolicy) -> bool:
+def _margins(acceptance: Acceptance) -> tuple[Decimal, Decimal]:
+    """How far the rate and the mean length must move to be news: the steps, or twice the
+    standard error of figures resting on this many draft tokens (binomial; the mean length
+    moves k times the rate, k proposed tokens per step)."""
+    rate = Decimal(acceptance.rate)
+    tokens = Decimal(acceptance.draft_tokens)
+    error = (rate * (1 - rate) / tokens).sqrt() if tokens else Decimal(0)
+    per_step = tokens / Decimal(acceptance.drafts) if acceptance.drafts else Decimal(1)
+    return max(RATE_STEP, 2 * error), max(LENGTH_STEP, 2 * per_step * error)
+
+
+def moved(stored: Acceptance, new: Acceptance) -> bool:
     """True when ``new`` is worth a status write over ``stored``."""
+    rate_margin, length_margin = _margins(new)
     return (
-        abs(Decimal(new.rate) - Decimal(stored.rate)) >= RATE_STEP
-        or abs(Decimal(new.mean_length) - Decimal(stored.mean_length)) >= LENGTH_STEP
-        or _effective(new, policy) != _effective(stored, policy)
+        abs(Decimal(new.rate) - Decimal(stored.rate)) >= rate_margin
+        or abs(Decimal(new.mean_length) - Decimal(stored.mean_length)) >= length_margin
     )
 
 
@@ -111,6 +127,14 @@ def condition(
     must not flip MetricsUnavailable to InsufficientSamples and back.
     """
     threshold = f"spec.acceptance.minMeanLength {policy.min_mean_length:g}"
+    if serving == 0:
+        kept = "; the last figures stay in status.acceptance" if acceptance is not None else ""
+        return Condition(
+            type=api.SPECULATION_EFFECTIVE,
+            status="Unknown",
+            reason=NOT_SERVING,
+            message=f"no ready engine pod runs the current command{kept}",
+        )
     if acceptance is not None:
         if _effective(acceptance, policy):
             return Condition(
@@ -128,24 +152,18 @@ def condition(
                 f"compute while saving few verifier steps; {ADVICE}"
             ),
         )
-    if serving == 0:
-        return Condition(
-            type=api.SPECULATION_EFFECTIVE,
-            status="Unknown",
-            reason=NOT_SERVING,
-            message="no ready engine pod runs the current command; acceptance is read from ready pods",
-        )
     waiting = (METRICS_UNAVAILABLE, INSUFFICIENT_SAMPLES)
     if reading is None and previous is not None and previous.reason in waiting:
         return previous
-    if reading is not None and reading.targets and not reading.answered:
+    if reading is not None and reading.silent:
         return Condition(
             type=api.SPECULATION_EFFECTIVE,
             status="Unknown",
             reason=METRICS_UNAVAILABLE,
             message=(
-                f"no ready engine pod answered with speculative decoding counters ({reading.failure}); "
-                f"the operator reads each ready pod's {METRICS_PATH} on its named port {ENGINE_PORT_NAME}"
+                f"no ready engine pod answered with speculative decoding counters in the last "
+                f"{policy.window_seconds}s ({reading.failure}); the operator reads each ready pod's "
+                f"{METRICS_PATH} on its named port {ENGINE_PORT_NAME}"
             ),
         )
     return Condition(
@@ -182,6 +200,6 @@ def judge(
         and reading.counters.draft_tokens >= policy.min_draft_tokens
     ):
         new = figures(reading)
-        if stored is None or moved(stored, new, policy):
+        if stored is None or moved(stored, new):
             acceptance = new
     return acceptance, condition(acceptance, reading, serving, policy, previous)

@@ -5,9 +5,9 @@ reads. Per pod, each read adds what was counted since the previous one (an *incr
 window is the sum of the increments read within it, so pods coming and going, pods that miss
 reads, and restarted pods are all handled by one rule: a restarted process (its container's
 restart count moved, or a counter went down) contributes everything it counted since its
-restart, never a negative or mixed difference. A pod's first read counts whole when it began
-serving within the window (all it counted lies in the window: a new pod serving at once loses
-nothing), and is only a baseline otherwise (what it counted cannot be placed in time).
+restart, never a negative or mixed difference. What cannot be placed in the window is left out
+rather than booked at the wrong time: a pod's first read is a baseline unless the caller knows
+it began serving since its previous round, and so is a read after a gap longer than the window.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ class _Series:
 
     restarts: int
     last: SpecCounters
+    last_read: float
     first_read: float
     increments: deque[tuple[float, SpecCounters]] = field(default_factory=deque)
 
@@ -44,21 +45,44 @@ class Window:
         self._series: dict[str, _Series] = {}
 
     def record(
-        self, pod: str, restarts: int, counters: SpecCounters, now: float, *, since: float | None = None
+        self,
+        pod: str,
+        restarts: int,
+        counters: SpecCounters,
+        now: float,
+        seconds: float,
+        *,
+        ready_at: float | None = None,
+        previous_round: float | None = None,
     ) -> None:
-        """Add a read of ``pod`` (its container restart count and counters) made at ``now``;
-        ``since``: when it began serving, if within the window (same clock as ``now``)."""
+        """Add a read of ``pod`` (its engine container's restart count and counters) made at
+        ``now``, for a window of ``seconds``.
+
+        ``ready_at``: when its current Ready period began; ``previous_round``: when the reader's
+        previous round began (both on ``now``'s clock, None when unknown). When the previous
+        counters do not apply (a new pod, a restart, a gap longer than the window), the counters
+        count whole if the pod began serving within the window and after it was last read (for
+        a new pod: after the previous round, which would have read it), else they are a baseline.
+        """
+        if not counters.consistent():
+            return
+        start = now - seconds
         series = self._series.get(pod)
         if series is None:
-            series = self._series[pod] = _Series(restarts, counters, now if since is None else since)
-            if since is not None and counters:
-                series.increments.append((now, counters))
-            return
-        delta = counters.since(series.last) if restarts == series.restarts else None
-        if delta is None:
-            # Restarted since the last read: all it counted is newer than that read.
-            delta = counters
-        series.restarts, series.last = restarts, counters
+            fresh = (
+                ready_at is not None and previous_round is not None and ready_at >= max(previous_round, start)
+            )
+            first = ready_at if fresh and ready_at is not None else now
+            series = self._series[pod] = _Series(restarts, counters, now, first)
+            delta = counters if fresh else None
+        else:
+            difference = counters.since(series.last)
+            if restarts != series.restarts or now - series.last_read > seconds or difference is None:
+                fresh = ready_at is not None and ready_at > max(series.last_read, start)
+                delta = counters if fresh else None
+            else:
+                delta = difference
+            series.restarts, series.last, series.last_read = restarts, counters, now
         if delta:
             series.increments.append((now, delta))
 

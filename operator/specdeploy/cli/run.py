@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 
@@ -50,27 +51,42 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--acceptance-interval",
-        type=float,
+        type=_at_least(0.0, float),
         default=30.0,
         metavar="SECONDS",
         help="read ready engine pods' /metrics for acceptance this often (0 disables; default 30)",
     )
     parser.add_argument(
         "--acceptance-timeout",
-        type=float,
+        type=_at_least(0.1, float),
         default=5.0,
         metavar="SECONDS",
         help="give up on one pod's /metrics after this long (default 5)",
     )
     parser.add_argument(
         "--acceptance-concurrency",
-        type=int,
+        type=_at_least(1, int),
         default=32,
         metavar="N",
         help="read at most this many engine pods at once (default 32)",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.set_defaults(func=run)
+
+
+def _at_least(low: float, kind: type[float] | type[int]) -> Callable[[str], float]:
+    """argparse type: a number of ``kind`` no smaller than ``low`` (a usage error otherwise)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from exc
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low:g}, not {text}")
+        return value
+
+    return parse
 
 
 def _hub_endpoint(url: str) -> str:

@@ -17,7 +17,7 @@ import os
 import random
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -33,7 +33,10 @@ DEFAULT_INTERVAL_S = 30.0
 DEFAULT_CONCURRENCY = 32
 JITTER = 0.1
 # A vLLM exposition is about 60 KB; a response this large is not an engine's.
-MAX_BYTES = 8 * 1024 * 1024
+MAX_BYTES = 2 * 1024 * 1024
+# Connecting is quick or never: a pod that drops packets should not hold a slot for the whole
+# timeout.
+CONNECT_TIMEOUT_S = 2.0
 CHUNK_BYTES = 64 * 1024
 
 log = logging.getLogger(__name__)
@@ -79,7 +82,9 @@ class HttpFetch:
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self.concurrency),
-                timeout=aiohttp.ClientTimeout(total=self.timeout),
+                timeout=aiohttp.ClientTimeout(
+                    total=self.timeout, sock_connect=min(self.timeout, CONNECT_TIMEOUT_S)
+                ),
             )
         try:
             async with self._session.get(url, allow_redirects=False) as response:
@@ -117,11 +122,20 @@ class _Read:
     failure: str | None
 
 
+@dataclass
+class _Held:
+    """One resource's window, for one command, and when a pod of it last answered."""
+
+    command: str
+    window: acceptance.Window = field(default_factory=acceptance.Window)
+    answered_at: float | None = None
+
+
 class EngineMetricsReader:
     """Reads engine counters in rounds and keeps one window and one reading per resource.
 
     Memory is bounded by the resources with ready pods, their pods and the reads per window;
-    ``forget`` drops a deleted resource.
+    ``forget`` drops a deleted resource, and each round drops what a missed deletion left.
     """
 
     def __init__(
@@ -140,20 +154,22 @@ class EngineMetricsReader:
         self._clock = clock
         self._wall_clock = wall_clock
         self._jitter = jitter
-        self._windows: dict[Key, tuple[str, acceptance.Window]] = {}
+        self._held: dict[Key, _Held] = {}
         self._readings: dict[Key, acceptance.Reading] = {}
+        # When the previous round started (monotonic): a pod Ready since then was never read.
+        self._previous_round: float | None = None
 
     def reading(self, key: Key) -> acceptance.Reading | None:
         return self._readings.get(key)
 
     def forget(self, key: Key) -> None:
-        if self._windows.pop(key, None) is not None:
+        if self._held.pop(key, None) is not None:
             metrics.publish_window(key, None)
         self._readings.pop(key, None)
 
     def __len__(self) -> int:
         """Resources holding a window (bounded by those with ready engine pods)."""
-        return len(self._windows)
+        return len(self._held)
 
     async def close(self) -> None:
         await self.fetch.close()
@@ -163,22 +179,26 @@ class EngineMetricsReader:
     ) -> None:
         """Read forever: one round per interval (+-10%), started from the previous round's start."""
         pending: set[asyncio.Task[None]] = set()
-        while True:
-            started = self._clock()
-            current = view()
-            try:
-                keys = [] if current is None else await self.read_round(current)
-            except Exception:
-                # The loop's boundary: a bug on one round must not end acceptance for good.
-                log.exception("a round of engine metrics reads failed; the next one runs as planned")
-                keys = []
-            for key in keys:
-                task = asyncio.get_running_loop().create_task(changed(key))
-                pending.add(task)
-                task.add_done_callback(pending.discard)
-            elapsed = self._clock() - started
-            metrics.ENGINE_READ_ROUND_SECONDS.observe(elapsed)
-            await asyncio.sleep(max(0.0, self.interval * (1 + self._jitter()) - elapsed))
+        try:
+            while True:
+                started = self._clock()
+                current = view()
+                try:
+                    keys = [] if current is None else await self.read_round(current)
+                except Exception:
+                    # The loop's boundary: a bug on one round must not end acceptance for good.
+                    log.exception("a round of engine metrics reads failed; the next one runs as planned")
+                    keys = []
+                for key in keys:
+                    task = asyncio.get_running_loop().create_task(changed(key))
+                    pending.add(task)
+                    task.add_done_callback(pending.discard)
+                elapsed = self._clock() - started
+                metrics.ENGINE_READ_ROUND_SECONDS.observe(elapsed)
+                await asyncio.sleep(max(0.0, self.interval * (1 + self._jitter()) - elapsed))
+        finally:
+            for task in pending:
+                task.cancel()
 
     async def read_round(self, view: View) -> list[Key]:
         """Read every resource's serving pods once; the keys whose status is now outdated.
@@ -187,8 +207,12 @@ class EngineMetricsReader:
         restarted engine's counters are known to start from zero; it is dropped once its pods
         are gone and nothing of theirs is left in the window.
         """
+        started = self._clock()
+        keys = view.resource_keys()
+        for gone in self._held.keys() - set(keys):
+            self.forget(gone)
         jobs: list[tuple[Key, dict[str, Any], list[PodView], set[str]]] = []
-        for key in view.resource_keys():
+        for key in keys:
             body = view.resource(key)
             if body is None:
                 self.forget(key)
@@ -196,16 +220,21 @@ class EngineMetricsReader:
             pods = view.pods(key)
             command = (body.get("status") or {}).get("command") or []
             targets = serving(pods, command) if command else []
-            if targets or key in self._windows:
+            if targets or key in self._held:
                 jobs.append((key, body, targets, {p.name for p in pods}))
         reads = iter(await asyncio.gather(*(self._read(pod) for _, _, targets, _ in jobs for pod in targets)))
         changed = []
+        alive = set(view.resource_keys())
         for key, body, targets, present in jobs:
+            if key not in alive:
+                self.forget(key)  # deleted while the round read
+                continue
             reading = self._update(key, body, [next(reads) for _ in targets], present)
-            if not targets and not self._windows[key][1]:
+            if not targets and not self._held[key].window:
                 self.forget(key)
             elif status.acceptance_outdated(body, reading, len(targets)):
                 changed.append(key)
+        self._previous_round = started
         return changed
 
     async def _read(self, pod: PodView) -> _Read:
@@ -219,12 +248,18 @@ class EngineMetricsReader:
             except acceptance.NoSpeculationMetrics as exc:
                 metrics.ENGINE_READS.labels("no_speculation").inc()
                 return _Read(pod, None, f"pod {pod.name}: {exc}")
-            except ValueError as exc:
+            except Exception as exc:
+                # Whatever an exposition holds, one pod's answer must not cost the round.
                 metrics.ENGINE_READS.labels("unparsable").inc()
                 log.debug("metrics of pod %s do not parse: %s", pod.name, exc)
                 return _Read(pod, None, f"pod {pod.name}: the exposition does not parse")
         metrics.ENGINE_READS.labels("ok").inc()
         return _Read(pod, found, None)
+
+    def _ready_at(self, pod: PodView, now: float, wall: float) -> float | None:
+        """When the pod's current Ready period began, on the monotonic clock (None: unknown)."""
+        ready = pod.serving_since
+        return None if ready is None else now - max(0.0, wall - ready)
 
     def _update(
         self, key: Key, body: dict[str, Any], reads: list[_Read], present: set[str]
@@ -233,24 +268,31 @@ class EngineMetricsReader:
         pods counted under other flags or another pair says nothing about this one)."""
         policy = _policy(body)
         now = self._clock()
-        digest = command_digest((body.get("status") or {}).get("command") or [])
-        held = self._windows.get(key)
-        if held is None or held[0] != digest:
-            held = self._windows[key] = (digest, acceptance.Window())
-        window = held[1]
         wall = self._wall_clock()
+        digest = command_digest((body.get("status") or {}).get("command") or [])
+        held = self._held.get(key)
+        if held is None or held.command != digest:
+            held = self._held[key] = _Held(digest)
         for read in reads:
             if read.counters is not None:
-                since_ready = read.pod.serving_since
-                age = None if since_ready is None else max(0.0, wall.timestamp() - since_ready)
-                since = now - age if age is not None and age <= policy.window_seconds else None
-                window.record(read.pod.name, read.pod.restarts, read.counters, now, since=since)
-        window.prune(now, policy.window_seconds, present)
-        totals = window.totals(now, policy.window_seconds)
+                held.window.record(
+                    read.pod.name,
+                    read.pod.restarts,
+                    read.counters,
+                    now,
+                    policy.window_seconds,
+                    ready_at=self._ready_at(read.pod, now, wall.timestamp()),
+                    previous_round=self._previous_round,
+                )
+                held.answered_at = now
+        held.window.prune(now, policy.window_seconds, present)
+        totals = held.window.totals(now, policy.window_seconds)
         reading = acceptance.Reading(
+            command=digest,
             measured_at=wall,
             targets=len(reads),
             answered=sum(read.counters is not None for read in reads),
+            silent=held.answered_at is None or now - held.answered_at > policy.window_seconds,
             failure=next((read.failure for read in reads if read.failure), None),
             counters=totals.counters,
             pods=totals.pods,

@@ -91,7 +91,8 @@ class PodView:
 
     @property
     def restarts(self) -> int:
-        return sum(c.restart_count for c in self.containers)
+        """Restarts of the engine container (a sidecar's restart leaves the engine's counters be)."""
+        return sum(c.restart_count for c in self.containers if c.name == ENGINE_CONTAINER)
 
 
 def command_digest(argv: Sequence[str]) -> str:

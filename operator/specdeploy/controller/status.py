@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from specdeploy import acceptance, api
 from specdeploy.api import Acceptance, Condition
 from specdeploy.controller import conditions, diffing
-from specdeploy.controller.pods import PodView, first_failure, serving
+from specdeploy.controller.pods import PodView, command_digest, first_failure, serving
 from specdeploy.pipeline import Desired
 
 
@@ -121,6 +121,8 @@ def speculation(
         except ValidationError:
             stored = None
     previous = _stored_condition(current) if same_command else None
+    if reading is not None and reading.command != command_digest(command):
+        reading = None  # read from the pods of another command: nothing about this one
     return acceptance.judge(stored, reading, serving_pods, _policy(body), previous)
 
 
