@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
+import loopback
 from specdeploy.acceptance import SpecCounters, counters
 from specdeploy.controller.engine_metrics import MAX_BYTES, FetchError, HttpFetch
 
@@ -44,14 +44,8 @@ class Engine(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Engine)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with loopback.serve(Engine) as url:
+        yield url
 
 
 def _fetch(*urls: str, timeout: float = 1.0) -> list[str | FetchError]:

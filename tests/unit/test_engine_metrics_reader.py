@@ -136,6 +136,14 @@ def url(ip: str) -> str:
     return f"http://{ip}:8000/metrics"
 
 
+def one_pair(view: View, **pod_fields: Any) -> Key:
+    """The resource "pair" with one serving pod, pair-a at 10.0.0.1."""
+    key = (NS, "pair")
+    view.resources[key] = resource("pair")
+    view.pod_views[key] = [pod("pair-a", "10.0.0.1", **pod_fields)]
+    return key
+
+
 def test_only_ready_pods_running_the_status_command_are_read() -> None:
     view, fetch, clock = View(), FakeFetch(), Clock()
     key = (NS, "pair")
@@ -154,9 +162,7 @@ def test_only_ready_pods_running_the_status_command_are_read() -> None:
 
 def test_the_window_fills_and_a_reconcile_is_asked_for_once() -> None:
     view, fetch, clock = View(), FakeFetch(), Clock()
-    key = (NS, "pair")
-    view.resources[key] = resource("pair")
-    view.pod_views[key] = [pod("pair-a", "10.0.0.1")]
+    key = one_pair(view)
     subject = reader(fetch, clock)
 
     fetch.answers[url("10.0.0.1")] = exposition(0, 0)
@@ -217,9 +223,7 @@ def test_concurrency_is_bounded() -> None:
 
 def test_a_resource_without_serving_pods_holds_no_state() -> None:
     view, fetch, clock = View(), FakeFetch(), Clock()
-    key = (NS, "pair")
-    view.resources[key] = resource("pair")
-    view.pod_views[key] = [pod("pair-a", "10.0.0.1")]
+    key = one_pair(view)
     fetch.answers[url("10.0.0.1")] = exposition(0, 0)
     subject = reader(fetch, clock)
     asyncio.run(subject.read_round(view))
@@ -259,9 +263,7 @@ def test_a_restarting_engine_keeps_its_window_and_counts_from_zero_after() -> No
 
 def test_a_new_command_starts_a_new_window() -> None:
     view, fetch, clock = View(), FakeFetch(), Clock()
-    key = (NS, "pair")
-    view.resources[key] = resource("pair")
-    view.pod_views[key] = [pod("pair-a", "10.0.0.1")]
+    key = one_pair(view)
     subject = reader(fetch, clock)
     for now, drafts in ((0, 0), (30, 100)):
         clock.now = now

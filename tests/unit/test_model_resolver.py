@@ -10,16 +10,16 @@ import math
 import re
 import socket
 import struct
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import ClassVar
 
 import pytest
 
+import loopback
 from pairing_support import write_tokenizer
 from specdeploy.modelinfo import ModelResolver, ModelUnavailable, RetryPolicy, info_from_config
 from specdeploy.pairing import check_pair
@@ -174,15 +174,8 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     }
     HubHandler.requests = []
     HubHandler.gets = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), HubHandler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with loopback.serve(HubHandler) as url:
+        yield url
 
 
 def test_hub_download_path_resolves_config_weights_and_tokenizer(hub: str, tmp_path: Path) -> None:
