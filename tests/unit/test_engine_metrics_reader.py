@@ -136,12 +136,17 @@ def url(ip: str) -> str:
     return f"http://{ip}:8000/metrics"
 
 
+def add_pair(view: View, name: str, ip: str, **pod_fields: Any) -> Key:
+    """The resource ``name`` with one serving pod, ``name``-a at ``ip``."""
+    key = (NS, name)
+    view.resources[key] = resource(name)
+    view.pod_views[key] = [pod(f"{name}-a", ip, **pod_fields)]
+    return key
+
+
 def one_pair(view: View, **pod_fields: Any) -> Key:
     """The resource "pair" with one serving pod, pair-a at 10.0.0.1."""
-    key = (NS, "pair")
-    view.resources[key] = resource("pair")
-    view.pod_views[key] = [pod("pair-a", "10.0.0.1", **pod_fields)]
-    return key
+    return add_pair(view, "pair", "10.0.0.1", **pod_fields)
 
 
 def test_only_ready_pods_running_the_status_command_are_read() -> None:
@@ -193,9 +198,7 @@ def test_the_window_fills_and_a_reconcile_is_asked_for_once() -> None:
 def test_unreachable_pods_are_reported_and_do_not_stop_the_others() -> None:
     view, fetch, clock = View(), FakeFetch(), Clock()
     for i in range(3):
-        key = (NS, f"pair-{i}")
-        view.resources[key] = resource(f"pair-{i}")
-        view.pod_views[key] = [pod(f"pair-{i}-a", f"10.0.0.{i}")]
+        add_pair(view, f"pair-{i}", f"10.0.0.{i}")
     fetch.answers = {
         url("10.0.0.0"): FetchError("no answer within 5s"),
         url("10.0.0.1"): "not an exposition {{{",
@@ -213,9 +216,7 @@ def test_unreachable_pods_are_reported_and_do_not_stop_the_others() -> None:
 def test_concurrency_is_bounded() -> None:
     view, fetch, clock = View(), FakeFetch(), Clock()
     for i in range(40):
-        key = (NS, f"pair-{i}")
-        view.resources[key] = resource(f"pair-{i}")
-        view.pod_views[key] = [pod(f"pair-{i}-a", f"10.0.1.{i}")]
+        add_pair(view, f"pair-{i}", f"10.0.1.{i}")
         fetch.answers[url(f"10.0.1.{i}")] = exposition(0, 0)
     asyncio.run(reader(fetch, clock, concurrency=4).read_round(view))
     assert len(fetch.urls) == 40 and fetch.peak == 4
@@ -291,9 +292,7 @@ def test_a_new_engine_serving_before_its_first_read_loses_nothing() -> None:
     asyncio.run(subject.read_round(view))  # the first round, with nothing to read
     clock.now = 30
     for name, ip, age in (("new", "10.0.0.1", 20), ("old", "10.0.0.2", 3600)):
-        key = (NS, name)
-        view.resources[key] = resource(name)
-        view.pod_views[key] = [pod(f"{name}-a", ip, serving_since=WALL.timestamp() - age)]
+        add_pair(view, name, ip, serving_since=WALL.timestamp() - age)
         fetch.answers[url(ip)] = exposition(50, 150)
     asyncio.run(subject.read_round(view))
     new, old = subject.reading((NS, "new")), subject.reading((NS, "old"))

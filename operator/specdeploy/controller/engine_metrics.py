@@ -266,7 +266,7 @@ class EngineMetricsReader:
     ) -> acceptance.Reading:
         """Record the reads in the resource's window (a new one when its command changed: what
         pods counted under other flags or another pair says nothing about this one)."""
-        policy = _policy(body)
+        policy = status.acceptance_policy(body)
         now = self._clock()
         wall = self._wall_clock()
         digest = command_digest((body.get("status") or {}).get("command") or [])
@@ -306,6 +306,3 @@ class EngineMetricsReader:
 def _engine(pod: PodView) -> api.EngineName:
     return "sglang" if pod.engine == "sglang" else "vllm"
 
-
-def _policy(body: dict[str, Any]) -> api.AcceptancePolicy:
-    return api.AcceptancePolicy.model_validate(((body.get("spec") or {}).get("acceptance")) or {})

@@ -100,7 +100,8 @@ def _deployment_failure(deployment: dict[str, Any] | None) -> str | None:
     return None
 
 
-def _policy(body: dict[str, Any]) -> api.AcceptancePolicy:
+def acceptance_policy(body: dict[str, Any]) -> api.AcceptancePolicy:
+    """``spec.acceptance`` (the defaults where it does not validate: the schema admits none such)."""
     try:
         return api.AcceptancePolicy.model_validate((body.get("spec") or {}).get("acceptance") or {})
     except ValidationError:
@@ -123,7 +124,7 @@ def speculation(
     previous = _stored_condition(current) if same_command else None
     if reading is not None and reading.command != command_digest(command):
         reading = None  # read from the pods of another command: nothing about this one
-    return acceptance.judge(stored, reading, serving_pods, _policy(body), previous)
+    return acceptance.judge(stored, reading, serving_pods, acceptance_policy(body), previous)
 
 
 def _stored_condition(current: dict[str, Any]) -> Condition | None:
