@@ -40,6 +40,9 @@ SGLANG_FAMILIES = (
     "sglang:spec_num_",
 )
 
+# The families each engine's parser reads: what a reader of /metrics needs to keep.
+FAMILY_PREFIXES: dict[EngineName, tuple[str, ...]] = {"vllm": (VLLM_PREFIX,), "sglang": SGLANG_FAMILIES}
+
 
 class NoSpeculationMetrics(ValueError):
     """The exposition has none of the engine's speculative decoding counters."""
@@ -130,7 +133,7 @@ def _setting(samples: list[Sample], name: str) -> int | None:
 def vllm_counters(text: str) -> SpecCounters:
     """vLLM's counters: ``vllm:spec_decode_num_{drafts,draft_tokens,accepted_tokens}_total`` and
     ``..._accepted_tokens_per_pos_total{position}``, summed over its engine cores."""
-    samples = list(_samples(text, (VLLM_PREFIX,)))
+    samples = list(_samples(text, FAMILY_PREFIXES["vllm"]))
     drafts = _total(samples, VLLM_DRAFTS)
     if drafts is None:
         raise NoSpeculationMetrics(f"no {VLLM_DRAFTS} in the exposition")
@@ -160,7 +163,7 @@ def sglang_counters(text: str) -> SpecCounters:
     counts. The verify-call counter has no sample until a speculative request finished: with
     the scheduler's gauges present, that reads as zero.
     """
-    samples = list(_samples(text, SGLANG_FAMILIES))
+    samples = list(_samples(text, FAMILY_PREFIXES["sglang"]))
     num_draft_tokens = _setting(samples, SGLANG_NUM_DRAFT_TOKENS) or 0
     steps = _setting(samples, SGLANG_NUM_STEPS)
     calls = _total(samples, SGLANG_VERIFY_CALLS)

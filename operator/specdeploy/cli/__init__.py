@@ -7,11 +7,11 @@ import sys
 from collections.abc import Sequence
 
 from specdeploy import __version__
-from specdeploy.cli import check, crd, demo, plan, render, run, sandbox
+from specdeploy.cli import bench, check, crd, demo, plan, render, run, sandbox
 
 # Each module exposes ``register(subparsers)`` and sets ``func`` on its parser; heavy imports
 # (kopf, kubernetes, transformers) happen inside the command functions so ``--help`` stays fast.
-COMMANDS = (sandbox, crd, render, check, plan, run, demo)
+COMMANDS = (sandbox, crd, render, check, plan, run, demo, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -59,6 +59,10 @@ class KubeClient:
     def custom(self) -> client.CustomObjectsApi:
         return client.CustomObjectsApi(self.api_client)
 
+    @functools.cached_property
+    def batch(self) -> client.BatchV1Api:
+        return client.BatchV1Api(self.api_client)
+
     def apply(self, manifest: dict[str, Any]) -> None:
         """Server-side apply, forcing ownership of exactly the fields the operator sets."""
         meta = manifest["metadata"]
@@ -75,6 +79,8 @@ class KubeClient:
             self.apps.patch_namespaced_deployment(**kwargs)
         elif kind == "Service":
             self.core.patch_namespaced_service(**kwargs)
+        elif kind == "Job":
+            self.batch.patch_namespaced_job(**kwargs)
         else:
             raise ValueError(f"no apply for kind {kind}")
 

@@ -87,6 +87,10 @@ class Engine(Protocol):
         """Engine rules the CRD's CEL cannot express; empty when the spec is servable."""
         ...
 
+    def baseline_command(self, command: Sequence[str]) -> list[str]:
+        """``command`` (a rendered or running argv) serving the same verifier without a speculator."""
+        ...
+
 
 @dataclass(frozen=True)
 class OwnedFlag:
@@ -182,6 +186,24 @@ def _flag_name(arg: str) -> str | None:
         return None
     name = arg.split("=", 1)[0]
     return name if not name.startswith("--") else "--" + name[2:].replace("_", "-")
+
+
+def without_options(command: Sequence[str], names: Sequence[str]) -> list[str]:
+    """``command`` without the options named in ``names`` (a name ending in ``-`` is a prefix),
+    each with its value: the next token unless the option is written ``--name=value``."""
+    kept: list[str] = []
+    skip_value = False
+    for arg in command:
+        if skip_value:
+            skip_value = False
+            if _flag_name(arg) is None:
+                continue
+        name = _flag_name(arg)
+        if name is not None and any(name == n or (n.endswith("-") and name.startswith(n)) for n in names):
+            skip_value = "=" not in arg
+            continue
+        kept.append(arg)
+    return kept
 
 
 def owned_flag_errors(spec: api.SpeculativeDeploymentSpec, owned: Sequence[OwnedFlag]) -> list[FieldError]:

@@ -15,6 +15,7 @@ for every architecture except Llama and Grok.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 from specdeploy import api
@@ -29,6 +30,7 @@ from specdeploy.engines.base import (
     speculator,
     tensor_parallel_size,
     verifier_model,
+    without_options,
 )
 
 VERSION = "0.5.23"
@@ -63,6 +65,8 @@ OWNED_FLAGS: tuple[OwnedFlag, ...] = (
     OwnedFlag(("--served-model-name",), "spec.servedModelName"),
     OwnedFlag(("--enable-metrics",), "nothing: metrics are always on"),
 )
+# Every option that configures speculation starts so (algorithm, draft, steps, tree, thresholds).
+SPECULATIVE_OPTIONS = ("--speculative-",)
 
 
 def _options(spec: api.SpeculativeDeploymentSpec) -> api.SglangOptions:
@@ -203,3 +207,8 @@ class SglangEngine:
             + _memory_errors(spec)
             + owned_flag_errors(spec, OWNED_FLAGS)
         )
+
+    def baseline_command(self, command: Sequence[str]) -> list[str]:
+        """Every ``--speculative-*`` option dropped; ``--mem-fraction-static`` stays as rendered, so
+        the baseline keeps the same static pool (the draft's share becomes spare memory)."""
+        return without_options(command, SPECULATIVE_OPTIONS)

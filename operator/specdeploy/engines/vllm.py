@@ -8,6 +8,7 @@ guessed from the draft's name or its embedded ``speculators_config``.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from specdeploy import api
@@ -22,6 +23,7 @@ from specdeploy.engines.base import (
     speculator,
     tensor_parallel_size,
     verifier_model,
+    without_options,
 )
 
 VERSION = "0.33.0"
@@ -47,6 +49,8 @@ OWNED_FLAGS: tuple[OwnedFlag, ...] = (
     ),
     OwnedFlag(("--kv-cache-dtype",), "spec.engine.vllm.kvCacheDtype"),
 )
+# Every option that configures speculation: the rendered one and its aliases.
+SPECULATIVE_OPTIONS = ("--speculative-", "-sc", "--spec-")
 
 
 def speculative_config(spec: api.SpeculativeDeploymentSpec) -> dict[str, Any]:
@@ -104,3 +108,7 @@ class VllmEngine:
     def validate(self, spec: api.SpeculativeDeploymentSpec) -> list[FieldError]:
         """vLLM runs the draft at TP 1 or the verifier's TP; operator-owned flags stay out of args."""
         return draft_tp_errors(spec) + owned_flag_errors(spec, OWNED_FLAGS)
+
+    def baseline_command(self, command: Sequence[str]) -> list[str]:
+        """Everything but ``--speculative-config``: the verifier alone, every other flag as is."""
+        return without_options(command, SPECULATIVE_OPTIONS)

@@ -1,0 +1,7 @@
+"""Speculation against a baseline: the objects a benchmark run creates, the load it sends, and
+the comparison it reports. Pure but for the plot; ``cli.bench`` does the cluster I/O."""
+
+from specdeploy.benchmark.load import BASELINE, SPECULATIVE, Load, command, plan
+from specdeploy.benchmark.results import Comparison, ResultsError, compare
+
+__all__ = ["BASELINE", "SPECULATIVE", "Comparison", "Load", "ResultsError", "command", "compare", "plan"]

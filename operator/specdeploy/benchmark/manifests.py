@@ -1,0 +1,214 @@
+"""The objects one benchmark run creates, as plain manifests.
+
+A run is anchored to one Job that runs nothing (``parallelism: 0``) but expires by itself
+(``activeDeadlineSeconds``, then ``ttlSecondsAfterFinished``): the baseline Deployment and Service
+and the load Job are its dependents, so the garbage collector removes all of them when the CLI
+deletes it at the end, when the CLI was killed and the deadline passed, or when the
+SpeculativeDeployment (its owner) is deleted. A kept baseline is handed to the
+SpeculativeDeployment instead.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from typing import Any
+
+from specdeploy import api, children, engines
+from specdeploy.children.labels import NAME_LABEL, owner_reference
+
+BENCHMARK_OF_LABEL = f"{api.GROUP}/benchmark-of"
+ROLE_LABEL = f"{api.GROUP}/benchmark-role"
+MANAGED_BY = "specdeploy-bench"
+TEMPLATE_HASH_ANNOTATION = f"{api.GROUP}/baseline-template-hash"
+# What the SpeculativeDeployment keeps of its latest benchmark (see docs/benchmark.md).
+SUMMARY_ANNOTATION = f"{api.GROUP}/benchmark"
+# Labels and annotations the operator sets on engine pods; a baseline gets its own instead.
+OWN_LABELS = frozenset(
+    {NAME_LABEL, children.INSTANCE_LABEL, children.MANAGED_BY_LABEL, children.ENGINE_LABEL,
+     "app.kubernetes.io/component"}
+)  # fmt: skip
+LOAD_CONTAINER = "load"
+DNS_LABEL_MAX = 63
+# A finished run Job stays this long for `kubectl describe` (then it and what it owns are gone).
+FINISHED_TTL_S = 120
+
+
+def child_name(name: str, suffix: str) -> str:
+    """``<name>-<suffix>``, shortened with a hash of ``name`` to fit a DNS label (Service names)."""
+    full = f"{name}-{suffix}"
+    if len(full) <= DNS_LABEL_MAX:
+        return full
+    digest = hashlib.sha256(name.encode()).hexdigest()[:6]
+    return f"{name[: DNS_LABEL_MAX - len(suffix) - 8]}-{digest}-{suffix}"
+
+
+def run_name(name: str) -> str:
+    return child_name(name, "bench")
+
+
+def baseline_name(name: str) -> str:
+    return child_name(name, "baseline")
+
+
+def load_name(name: str) -> str:
+    return child_name(name, "bench-load")
+
+
+def labels(name: str, role: str) -> dict[str, str]:
+    return {children.MANAGED_BY_LABEL: MANAGED_BY, BENCHMARK_OF_LABEL: name, ROLE_LABEL: role}
+
+
+def job_owner(job: dict[str, Any]) -> dict[str, Any]:
+    """An owner reference to the run Job (not a controller: nothing but the GC acts on it)."""
+    meta = job["metadata"]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "blockOwnerDeletion": True,
+    }
+
+
+def run_job(resource: dict[str, Any], image: str, deadline_s: int) -> dict[str, Any]:
+    """The run's anchor: a Job with no pods that fails at ``deadline_s`` and is then deleted."""
+    name, namespace = resource["metadata"]["name"], resource["metadata"]["namespace"]
+    meta = labels(name, "run")
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": run_name(name),
+            "namespace": namespace,
+            "labels": meta,
+            "ownerReferences": [owner_reference(resource)],
+        },
+        "spec": {
+            "parallelism": 0,
+            "completions": 1,
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": deadline_s,
+            "ttlSecondsAfterFinished": FINISHED_TTL_S,
+            "template": {
+                "metadata": {"labels": meta},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "anchor", "image": image, "command": ["true"]}],
+                },
+            },
+        },
+    }
+
+
+def _engine_container(pod_spec: dict[str, Any]) -> dict[str, Any]:
+    found = [c for c in pod_spec.get("containers") or [] if c.get("name") == children.ENGINE_CONTAINER]
+    if not found:
+        raise ValueError(f"the Deployment has no {children.ENGINE_CONTAINER!r} container")
+    container: dict[str, Any] = found[0]
+    return container
+
+
+def template_hash(template: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def baseline(
+    speculative: dict[str, Any], name: str, owner: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The baseline Deployment and Service: the running pod template of ``speculative`` (same
+    image, verifier, TP, GPUs, placement, env), its engine argv without speculation, one replica."""
+    namespace = speculative["metadata"]["namespace"]
+    engine = engines.engine_for(speculative["metadata"]["labels"][children.ENGINE_LABEL])
+    template = copy.deepcopy(speculative["spec"]["template"])
+    container = _engine_container(template["spec"])
+    container["command"] = engine.baseline_command(container["command"])
+    own = {
+        **labels(name, "baseline"),
+        NAME_LABEL: "specdeploy-baseline",
+        children.INSTANCE_LABEL: baseline_name(name),
+    }
+    user = {k: v for k, v in (template["metadata"].get("labels") or {}).items() if k not in OWN_LABELS}
+    template["metadata"]["labels"] = {**user, **own}
+    selector = {NAME_LABEL: own[NAME_LABEL], children.INSTANCE_LABEL: own[children.INSTANCE_LABEL]}
+    metadata = {
+        "name": baseline_name(name),
+        "namespace": namespace,
+        "labels": own,
+        "annotations": {TEMPLATE_HASH_ANNOTATION: template_hash(template)},
+        "ownerReferences": [owner],
+    }
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata,
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": selector},
+            "strategy": {"type": "Recreate"},
+            "template": template,
+        },
+    }
+    port = next(p for p in container["ports"] if p["name"] == children.ENGINE_PORT_NAME)["containerPort"]
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {k: v for k, v in metadata.items() if k != "annotations"},
+        "spec": {
+            "selector": selector,
+            "ports": [
+                {"name": children.ENGINE_PORT_NAME, "port": port, "targetPort": port, "protocol": "TCP"}
+            ],
+        },
+    }
+    return deployment, service
+
+
+def load_job(
+    speculative: dict[str, Any],
+    name: str,
+    owner: dict[str, Any],
+    image: str,
+    argv: list[str],
+    deadline_s: int,
+) -> dict[str, Any]:
+    """The load generator's Job: one pod, placed like the engines (so it reaches them as closely
+    as a client in their zone would), with their hub access for the tokenizer, run once."""
+    namespace = speculative["metadata"]["namespace"]
+    pod_spec = speculative["spec"]["template"]["spec"]
+    env = [e for e in _engine_container(pod_spec).get("env") or [] if e["name"].startswith("HF_")]
+    container: dict[str, Any] = {
+        "name": LOAD_CONTAINER,
+        "image": image,
+        "command": argv,
+        "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if env:
+        container["env"] = env
+    placement = {k: pod_spec[k] for k in ("nodeSelector", "affinity", "tolerations") if pod_spec.get(k)}
+    meta = labels(name, "load")
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": load_name(name),
+            "namespace": namespace,
+            "labels": meta,
+            "ownerReferences": [owner],
+        },
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": deadline_s,
+            "template": {
+                "metadata": {"labels": meta},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "enableServiceLinks": False,
+                    "containers": [container],
+                    **placement,
+                },
+            },
+        },
+    }

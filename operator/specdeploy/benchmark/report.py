@@ -1,0 +1,97 @@
+"""How a comparison is shown: a table for a terminal, the summary the resource keeps, the Event."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from specdeploy.acceptance import decimal
+from specdeploy.benchmark.results import Comparison, Figures, Level
+
+BENCHMARKED = "Benchmarked"
+NOT_PAYING = "SpeculationNotPaying"
+COLUMNS = (
+    "CONCURRENCY", "SPEC TOK/S", "BASE TOK/S", "SPEED-UP", "SPEC TTFT p50/p99", "BASE TTFT p50/p99",
+    "SPEC ITL p50/p99", "BASE ITL p50/p99", "SPEC TPOT", "BASE TPOT", "ACCEPTANCE", "FAILED",
+)  # fmt: skip
+
+
+def _pair(figures: Figures, metric: str) -> str:
+    value = getattr(figures, metric)
+    return f"{value.p50:.1f}/{value.p99:.1f} ms"
+
+
+def _acceptance(level: Level) -> str:
+    found = level.acceptance
+    return f"{decimal(found.rate)} ({decimal(found.mean_length)} tokens/step)" if found else "-"
+
+
+def verdict_line(comparison: Comparison) -> str:
+    """Where speculation pays, in one sentence."""
+    stops = comparison.stops_paying_above
+    if stops is None:
+        return "Speculation pays at every concurrency measured."
+    if stops == 0:
+        return "Speculation does not pay at any concurrency measured."
+    return f"Speculation pays up to concurrency {stops} and stops paying above it."
+
+
+def table(comparison: Comparison) -> str:
+    rows = [COLUMNS]
+    for level in comparison.results:
+        spec, base = level.speculative, level.baseline
+        rows.append(
+            (
+                str(level.concurrency),
+                f"{spec.output_tokens_per_second:.1f}",
+                f"{base.output_tokens_per_second:.1f}",
+                f"{level.speedup:.2f}x",
+                _pair(spec, "ttft_ms"),
+                _pair(base, "ttft_ms"),
+                _pair(spec, "itl_ms"),
+                _pair(base, "itl_ms"),
+                f"{spec.tpot_ms.p50:.1f} ms",
+                f"{base.tpot_ms.p50:.1f} ms",
+                _acceptance(level),
+                f"{spec.failed}/{base.failed}",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+    lines = ["   ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    return "\n".join([*lines, "", verdict_line(comparison)])
+
+
+def speedups(comparison: Comparison) -> str:
+    return ", ".join(
+        f"{level.speedup:.2f}x at concurrency {level.concurrency}" for level in comparison.results
+    )
+
+
+def summary(comparison: Comparison, measured_at: datetime, load: dict[str, object]) -> str:
+    """The annotation value: compact JSON small enough to read in ``kubectl get -o yaml``."""
+    body = {
+        "measuredAt": measured_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "speedup": {str(level.concurrency): level.speedup for level in comparison.results},
+        "outputTokensPerSecond": {
+            str(level.concurrency): {
+                "speculative": level.speculative.output_tokens_per_second,
+                "baseline": level.baseline.output_tokens_per_second,
+            }
+            for level in comparison.results
+        },
+        "stopsPayingAbove": comparison.stops_paying_above,
+        "load": load,
+    }
+    return json.dumps(body, separators=(",", ":"))
+
+
+def event(comparison: Comparison) -> tuple[str, str, str]:
+    """(type, reason, message) of the Event posted on the resource: a Warning when speculation
+    does not pay even at the lowest concurrency measured."""
+    message = (
+        f"Speed-up in output tokens/s against a baseline without the speculator: {speedups(comparison)}. "
+    )
+    message += verdict_line(comparison)
+    if comparison.stops_paying_above == 0:
+        return "Warning", NOT_PAYING, message
+    return "Normal", BENCHMARKED, message

@@ -1,0 +1,158 @@
+"""From the load Job's log to the comparison: figures per engine and concurrency, the speed-up,
+the acceptance measured during the speculative runs, and where speculation stops paying."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from specdeploy.acceptance import NoSpeculationMetrics, SpecCounters, counters
+from specdeploy.api import EngineName
+from specdeploy.api.base import ApiModel
+from specdeploy.benchmark.driver import MARK
+from specdeploy.benchmark.load import BASELINE, SPECULATIVE
+
+# Speculation pays at a concurrency when the speculative engine delivers more output tokens per
+# second than the baseline; at or below this ratio it does not.
+PAYS_ABOVE = 1.0
+
+
+class ResultsError(ValueError):
+    """The load Job's log does not hold a result for every run of the plan."""
+
+
+class Percentiles(ApiModel):
+    p50: float
+    p99: float
+
+
+class Figures(ApiModel):
+    """One engine at one concurrency, from ``vllm bench serve``'s result (latencies in ms)."""
+
+    output_tokens_per_second: float
+    ttft_ms: Percentiles
+    itl_ms: Percentiles
+    tpot_ms: Percentiles
+    completed: int
+    failed: int
+
+
+class MeasuredAcceptance(ApiModel):
+    """What the speculative engine counted during its run: accepted / proposed draft tokens,
+    tokens per verifier step (1 + accepted / drafts), and per position where the engine counts it."""
+
+    rate: float
+    mean_length: float
+    draft_tokens: int
+    per_position: list[float]
+
+
+class Level(ApiModel):
+    concurrency: int
+    speculative: Figures
+    baseline: Figures
+    speedup: float
+    acceptance: MeasuredAcceptance | None
+
+
+class Comparison(ApiModel):
+    """Every level, in the order run; ``paysAt`` the concurrencies where the speed-up exceeds 1;
+    ``stopsPayingAbove`` the last of those before the first that does not (0 when even the lowest
+    does not), None when it pays at every level measured."""
+
+    results: list[Level]
+    pays_at: list[int]
+    stops_paying_above: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True)
+
+
+def _percentiles(result: dict[str, Any], metric: str) -> Percentiles:
+    median = float(result.get(f"median_{metric}_ms", 0.0))
+    return Percentiles(
+        p50=round(float(result.get(f"p50_{metric}_ms", median)), 3),
+        p99=round(float(result.get(f"p99_{metric}_ms", 0.0)), 3),
+    )
+
+
+def figures(result: dict[str, Any]) -> Figures:
+    completed = int(result["completed"])
+    return Figures(
+        output_tokens_per_second=round(float(result["output_throughput"]), 3),
+        ttft_ms=_percentiles(result, "ttft"),
+        itl_ms=_percentiles(result, "itl"),
+        tpot_ms=_percentiles(result, "tpot"),
+        completed=completed,
+        failed=int(result.get("failed", 0)),
+    )
+
+
+def acceptance(engine: EngineName, before: str | None, after: str | None) -> MeasuredAcceptance | None:
+    """From the engine's counters before and after its run; None when they say nothing (no
+    speculation metrics, a restart in between, or no draft at all)."""
+    if before is None or after is None:
+        return None
+    try:
+        delta: SpecCounters | None = counters(engine, after).since(counters(engine, before))
+    except NoSpeculationMetrics:
+        return None
+    if delta is None or not delta.drafts:
+        return None
+    return MeasuredAcceptance(
+        rate=round(delta.accepted / delta.draft_tokens, 4) if delta.draft_tokens else 0.0,
+        mean_length=round(1 + delta.accepted / delta.drafts, 4),
+        draft_tokens=delta.draft_tokens,
+        per_position=[round(kept / delta.drafts, 4) for kept in delta.per_position],
+    )
+
+
+def records(log: str) -> list[dict[str, Any]]:
+    """The driver's result lines of a pod log, in order."""
+    found = []
+    for line in log.splitlines():
+        _, marked, payload = line.partition(MARK)
+        if marked:
+            found.append(json.loads(payload))
+    return found
+
+
+def compare(log: str, engine: EngineName, concurrencies: tuple[int, ...]) -> Comparison:
+    """The comparison the log holds; ResultsError when a run of the plan is missing."""
+    runs = {(r["target"], int(r["concurrency"])): r for r in records(log)}
+    levels = []
+    for concurrency in concurrencies:
+        missing = [t for t in (SPECULATIVE, BASELINE) if (t, concurrency) not in runs]
+        if missing:
+            raise ResultsError(
+                f"the load Job's log has no {' or '.join(missing)} result at concurrency {concurrency}"
+            )
+        spec_run, base_run = runs[(SPECULATIVE, concurrency)], runs[(BASELINE, concurrency)]
+        spec, base = figures(spec_run["result"]), figures(base_run["result"])
+        speedup = (
+            spec.output_tokens_per_second / base.output_tokens_per_second
+            if base.output_tokens_per_second
+            else 0.0
+        )
+        levels.append(
+            Level(
+                concurrency=concurrency,
+                speculative=spec,
+                baseline=base,
+                speedup=round(speedup, 3),
+                acceptance=acceptance(engine, spec_run.get("before"), spec_run.get("after")),
+            )
+        )
+    return verdict(levels)
+
+
+def verdict(levels: list[Level]) -> Comparison:
+    """Where speculation pays, and the concurrency above which it stops (levels sorted by it)."""
+    ordered = sorted(levels, key=lambda level: level.concurrency)
+    pays = [level.concurrency for level in ordered if level.speedup > PAYS_ABOVE]
+    first_not = next((level for level in ordered if level.speedup <= PAYS_ABOVE), None)
+    stops: int | None = None
+    if first_not is not None:
+        before = [level.concurrency for level in ordered if level.concurrency < first_not.concurrency]
+        stops = before[-1] if before else 0
+    return Comparison(results=ordered, pays_at=pays, stops_paying_above=stops)

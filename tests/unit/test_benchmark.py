@@ -1,0 +1,317 @@
+"""The A/B benchmark's pure parts: the baseline command and objects, the load, the comparison."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from specdeploy import engines
+from specdeploy.benchmark import load, manifests, report, results
+from specdeploy.benchmark.driver import MARK
+from specdeploy.cli.bench import _levels
+from test_engine_render import SEED_000, SEED_003, spec_of
+
+GOLDEN = Path(__file__).parent / "golden" / "manifests"
+RESOURCE = {
+    "apiVersion": "specdeploy.io/v1alpha1",
+    "kind": "SpeculativeDeployment",
+    "metadata": {"name": "qwen3-30b-a3b-eagle3", "namespace": "default", "uid": "sd-uid"},
+}
+RUN = {"metadata": {"name": "qwen3-30b-a3b-eagle3-bench", "uid": "run-uid"}}
+
+
+def _golden(name: str, kind: str) -> dict[str, Any]:
+    docs = [d for d in yaml.safe_load_all((GOLDEN / f"{name}.yaml").read_text()) if d]
+    found: dict[str, Any] = next(d for d in docs if d["kind"] == kind)
+    return found
+
+
+def _engine_container(deployment: dict[str, Any]) -> dict[str, Any]:
+    found: dict[str, Any] = deployment["spec"]["template"]["spec"]["containers"][0]
+    return found
+
+
+def test_vllm_baseline_drops_only_the_speculative_config() -> None:
+    command = engines.render(spec_of(SEED_000)).command
+    baseline = engines.engine_for("vllm").baseline_command(command)
+    at = command.index("--speculative-config")
+    assert baseline == command[:at] + command[at + 2 :]
+    assert not any("speculative" in arg for arg in baseline)
+
+
+def test_vllm_baseline_drops_every_spelling_of_speculation() -> None:
+    command = [
+        "vllm",
+        "serve",
+        "m",
+        "--speculative_config={}",
+        "-sc",
+        "{}",
+        "--dtype",
+        "float32",
+        "--enforce-eager",
+    ]
+    assert engines.engine_for("vllm").baseline_command(command) == [
+        "vllm", "serve", "m", "--dtype", "float32", "--enforce-eager",
+    ]  # fmt: skip
+
+
+def test_sglang_baseline_keeps_the_verifier_and_its_memory() -> None:
+    command = engines.render(spec_of(SEED_003)).command
+    baseline = engines.engine_for("sglang").baseline_command(command)
+    assert not [arg for arg in baseline if arg.startswith("--speculative")]
+    assert "EAGLE3" not in baseline
+    for flag in ("--model-path", "--tp-size", "--mem-fraction-static", "--port"):
+        assert baseline[baseline.index(flag) + 1] == command[command.index(flag) + 1]
+    assert "--enable-metrics" in baseline
+
+
+def test_baseline_is_the_running_template_without_speculation() -> None:
+    speculative = _golden("qwen3-30b-a3b-instruct-2507-eagle3", "Deployment")
+    before = copy.deepcopy(speculative)
+    owner = manifests.job_owner(RUN)
+    deployment, service = manifests.baseline(speculative, "qwen3-30b-a3b-eagle3", owner)
+    assert speculative == before, "the live Deployment is not modified"
+
+    assert deployment["metadata"]["name"] == "qwen3-30b-a3b-eagle3-baseline"
+    assert deployment["metadata"]["ownerReferences"] == [owner]
+    assert deployment["spec"]["replicas"] == 1
+    spec_container, base_container = _engine_container(speculative), _engine_container(deployment)
+    assert base_container["command"] == engines.engine_for("vllm").baseline_command(spec_container["command"])
+    for same in ("image", "resources", "env", "ports", "readinessProbe"):
+        assert base_container.get(same) == spec_container.get(same), same
+    spec_pod, base_pod = speculative["spec"]["template"]["spec"], deployment["spec"]["template"]["spec"]
+    for same in ("affinity", "tolerations", "volumes"):
+        assert base_pod.get(same) == spec_pod.get(same), same
+
+    # Neither the operator's watches nor the speculative Service select the baseline's pods.
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert labels["app.kubernetes.io/managed-by"] == "specdeploy-bench"
+    assert labels[manifests.BENCHMARK_OF_LABEL] == "qwen3-30b-a3b-eagle3"
+    spec_selector = speculative["spec"]["selector"]["matchLabels"]
+    assert not all(labels.get(k) == v for k, v in spec_selector.items())
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    assert all(labels[k] == v for k, v in service["spec"]["selector"].items())
+    assert service["spec"]["ports"][0]["port"] == 8000
+
+
+def test_template_hash_follows_the_template() -> None:
+    speculative = _golden("qwen3-30b-a3b-instruct-2507-eagle3", "Deployment")
+    owner = manifests.job_owner(RUN)
+    first, _ = manifests.baseline(speculative, "x", owner)
+    again, _ = manifests.baseline(
+        speculative, "x", manifests.job_owner({"metadata": {"name": "o", "uid": "2"}})
+    )
+    changed = copy.deepcopy(speculative)
+    _engine_container(changed)["image"] = "vllm/vllm-openai:v0.34.0"
+    other, _ = manifests.baseline(changed, "x", owner)
+    key = manifests.TEMPLATE_HASH_ANNOTATION
+    assert first["metadata"]["annotations"][key] == again["metadata"]["annotations"][key]
+    assert first["metadata"]["annotations"][key] != other["metadata"]["annotations"][key]
+
+
+def test_names_fit_a_dns_label() -> None:
+    long = "a" * 63
+    names = {manifests.run_name(long), manifests.baseline_name(long), manifests.load_name(long)}
+    assert len(names) == 3 and all(len(n) <= 63 for n in names)
+    assert manifests.baseline_name(long).endswith("-baseline")
+    assert manifests.baseline_name("b" * 63) != manifests.baseline_name(long)
+    assert manifests.run_name("short") == "short-bench"
+
+
+def test_run_job_runs_nothing_and_expires() -> None:
+    job = manifests.run_job(RESOURCE, "vllm/vllm-openai:v0.33.0", 900)
+    spec = job["spec"]
+    assert (spec["parallelism"], spec["activeDeadlineSeconds"]) == (0, 900)
+    assert spec["ttlSecondsAfterFinished"] == manifests.FINISHED_TTL_S
+    assert job["metadata"]["ownerReferences"][0]["uid"] == "sd-uid"
+
+
+def test_load_job_is_placed_like_the_engines_without_their_gpus() -> None:
+    speculative = _golden("qwen3-30b-a3b-instruct-2507-eagle3", "Deployment")
+    _engine_container(speculative)["env"] = [
+        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}},
+        {"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"},
+    ]
+    job = manifests.load_job(speculative, "q", manifests.job_owner(RUN), "img", ["python3", "-c", "x"], 600)
+    pod = job["spec"]["template"]["spec"]
+    spec_pod = speculative["spec"]["template"]["spec"]
+    assert pod["affinity"] == spec_pod["affinity"] and pod["tolerations"] == spec_pod["tolerations"]
+    container = pod["containers"][0]
+    assert "nvidia.com/gpu" not in json.dumps(container["resources"])
+    assert [e["name"] for e in container["env"]] == ["HF_TOKEN"]
+    assert (pod["restartPolicy"], job["spec"]["backoffLimit"], job["spec"]["activeDeadlineSeconds"]) == (
+        "Never", 0, 600,
+    )  # fmt: skip
+    assert job["metadata"]["ownerReferences"] == [manifests.job_owner(RUN)]
+
+
+LOAD = load.Load(
+    model="m", tokenizer="org/m", concurrencies=(1, 4), prompts=8, input_len=32, output_len=64, seed=7
+)
+
+
+def _flag(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def test_same_load_for_both_engines_in_order() -> None:
+    plan = load.plan(LOAD, "vllm", "http://10.0.0.1:8000", "http://10.0.0.2:8000")
+    steps: list[dict[str, Any]] = plan["steps"]  # type: ignore[assignment]
+    assert [(s["target"], s["concurrency"]) for s in steps] == [
+        ("baseline", 1), ("speculative", 1), ("baseline", 4), ("speculative", 4),
+    ]  # fmt: skip
+    base, spec = steps[0]["argv"], steps[1]["argv"]
+    assert [a for a in base if "10.0.0" not in a] == [a for a in spec if "10.0.0" not in a]
+    assert _flag(spec, "--base-url") == "http://10.0.0.1:8000"
+    assert (_flag(spec, "--max-concurrency"), _flag(spec, "--num-prompts"), _flag(spec, "--seed")) == (
+        "1",
+        "8",
+        "7",
+    )
+    assert "--ignore-eos" in spec and _flag(spec, "--temperature") == "0.0"
+    assert "metricsUrl" not in steps[0] and steps[1]["metricsUrl"] == "http://10.0.0.1:8000/metrics"
+    assert plan["metricPrefixes"] == ["vllm:spec_decode_num_"]
+
+
+def test_load_command_runs_the_driver_on_the_plan() -> None:
+    plan = load.plan(LOAD, "sglang", "http://a:1", "http://b:1")
+    argv = load.command(plan)
+    assert argv[:2] == ["python3", "-c"] and "def main(" in argv[2]
+    assert json.loads(argv[3]) == plan
+    assert "$(" not in argv[2], "Kubernetes would expand $(VAR) in a container's command"
+
+
+def _exposition(drafts: int, draft_tokens: int, accepted: int, per_pos: list[int]) -> str:
+    lines = [
+        "# TYPE vllm:spec_decode_num_drafts counter",
+        f'vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {drafts}',
+        "# TYPE vllm:spec_decode_num_draft_tokens counter",
+        f'vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="m"}} {draft_tokens}',
+        "# TYPE vllm:spec_decode_num_accepted_tokens counter",
+        f'vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="m"}} {accepted}',
+        "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter",
+    ]
+    lines += [
+        f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="{i}"}} {v}'
+        for i, v in enumerate(per_pos)
+    ]
+    return "\n".join(lines)
+
+
+def _result(throughput: float, ttft: float = 20.0, itl: float = 10.0) -> dict[str, Any]:
+    return {
+        "completed": 8, "failed": 0, "output_throughput": throughput,
+        "median_ttft_ms": ttft, "p50_ttft_ms": ttft, "p99_ttft_ms": ttft * 2,
+        "median_itl_ms": itl, "p50_itl_ms": itl, "p99_itl_ms": itl * 3,
+        "median_tpot_ms": itl, "p50_tpot_ms": itl, "p99_tpot_ms": itl * 2,
+    }  # fmt: skip
+
+
+def _log(throughputs: dict[tuple[str, int], float]) -> str:
+    lines = ["INFO some engine output", "specdeploy-bench: baseline at concurrency 1"]
+    for (target, concurrency), value in throughputs.items():
+        record: dict[str, Any] = {"target": target, "concurrency": concurrency, "result": _result(value)}
+        if target == "speculative":
+            record["before"] = _exposition(10, 30, 27, [10, 9, 8])
+            record["after"] = _exposition(110, 330, 297, [110, 99, 88])
+        lines.append(MARK + json.dumps(record))
+    return "\n".join(lines)
+
+
+def test_comparison_from_the_log() -> None:
+    log = _log(
+        {("baseline", 1): 34.0, ("speculative", 1): 101.0, ("baseline", 4): 433.0, ("speculative", 4): 507.0}
+    )
+    comparison = results.compare(log, "vllm", (1, 4))
+    first = comparison.results[0]
+    assert (first.concurrency, first.speedup) == (1, round(101 / 34, 3))
+    assert first.speculative.output_tokens_per_second == 101.0
+    assert (first.speculative.itl_ms.p50, first.speculative.itl_ms.p99) == (10.0, 30.0)
+    assert first.acceptance is not None
+    # 300 proposed, 270 kept in 100 steps: 0.9 and 3.7 tokens per step; per position 1, .9, .8.
+    assert (first.acceptance.rate, first.acceptance.mean_length, first.acceptance.draft_tokens) == (
+        0.9,
+        3.7,
+        300,
+    )
+    assert first.acceptance.per_position == [1.0, 0.9, 0.8]
+    assert (comparison.pays_at, comparison.stops_paying_above) == ([1, 4], None)
+    body = comparison.to_json()
+    assert body["results"][0]["speculative"]["outputTokensPerSecond"] == 101.0
+    assert body["results"][0]["baseline"]["ttftMs"] == {"p50": 20.0, "p99": 40.0}
+    assert body["stopsPayingAbove"] is None and body["paysAt"] == [1, 4]
+
+
+def test_a_missing_run_is_an_error() -> None:
+    log = _log({("baseline", 1): 34.0, ("speculative", 1): 101.0, ("baseline", 4): 433.0})
+    with pytest.raises(results.ResultsError, match="speculative result at concurrency 4"):
+        results.compare(log, "vllm", (1, 4))
+
+
+def _levels_with(speedups: dict[int, float]) -> list[results.Level]:
+    figures = results.figures(_result(100.0))
+    return [
+        results.Level(concurrency=c, speculative=figures, baseline=figures, speedup=s, acceptance=None)
+        for c, s in speedups.items()
+    ]
+
+
+@pytest.mark.parametrize(
+    ("speedups", "pays_at", "stops"),
+    [
+        ({1: 2.9, 4: 1.6, 16: 1.1}, [1, 4, 16], None),
+        ({16: 0.9, 1: 2.9, 4: 1.2}, [1, 4], 4),
+        ({1: 0.8, 4: 0.7}, [], 0),
+        ({1: 1.5, 4: 1.0, 16: 1.05}, [1, 16], 1),
+    ],
+)
+def test_where_speculation_stops_paying(
+    speedups: dict[int, float], pays_at: list[int], stops: int | None
+) -> None:
+    comparison = results.verdict(_levels_with(speedups))
+    assert [level.concurrency for level in comparison.results] == sorted(speedups)
+    assert (comparison.pays_at, comparison.stops_paying_above) == (pays_at, stops)
+
+
+def test_report_table_summary_and_event() -> None:
+    paying = results.verdict(_levels_with({1: 2.9, 4: 1.2, 16: 0.9}))
+    table = report.table(paying)
+    assert table.splitlines()[0].split()[:3] == ["CONCURRENCY", "SPEC", "TOK/S"]
+    assert "2.90x" in table and "0.90x" in table
+    assert table.endswith("Speculation pays up to concurrency 4 and stops paying above it.")
+    summary = json.loads(report.summary(paying, results_time(), {"outputLen": 64}))
+    assert summary["speedup"] == {"1": 2.9, "4": 1.2, "16": 0.9} and summary["stopsPayingAbove"] == 4
+    assert len(report.summary(paying, results_time(), {"outputLen": 64})) < 1024
+    assert report.event(paying)[:2] == ("Normal", report.BENCHMARKED)
+    losing = results.verdict(_levels_with({1: 0.8}))
+    kind, reason, message = report.event(losing)
+    assert (kind, reason) == ("Warning", report.NOT_PAYING)
+    assert "0.80x at concurrency 1" in message and "does not pay" in message
+
+
+def results_time() -> Any:
+    from datetime import UTC, datetime
+
+    return datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def test_plot_is_written(tmp_path: Path) -> None:
+    from specdeploy.benchmark.plot import plot
+
+    comparison = results.verdict(_levels_with({1: 2.9, 4: 1.2, 16: 0.9}))
+    path = tmp_path / "out" / "bench.png"
+    plot(comparison, "title", path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+
+
+def test_concurrency_levels() -> None:
+    assert _levels("16,1,4,4") == (1, 4, 16)
+    for bad in ("0", "a", "", "1,-2"):
+        with pytest.raises(Exception, match=r"."):
+            _levels(bad)
