@@ -67,6 +67,32 @@ def _vllm(top: argparse.ArgumentParser, argv: list[str]) -> dict[str, Any]:
     return result
 
 
+def _vllm_bench_parser() -> argparse.ArgumentParser:
+    """``vllm bench serve``'s options, as its subcommand adds them."""
+    from vllm.benchmarks.serve import add_cli_args  # type: ignore[import-not-found]
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser(prog="vllm bench serve")
+    add_cli_args(parser)
+    return parser
+
+
+BENCH_VALUES = (
+    "backend", "base_url", "endpoint", "model", "tokenizer", "dataset_name", "input_len", "output_len",
+    "ignore_eos", "num_prompts", "max_concurrency", "num_warmups", "seed", "temperature",
+    "percentile_metrics", "metric_percentiles", "save_result", "result_dir", "result_filename",
+)  # fmt: skip
+
+
+def _vllm_bench(parser: argparse.ArgumentParser, argv: list[str]) -> dict[str, Any]:
+    """Parse ``vllm bench serve ARGS`` (the load Job's command)."""
+    namespace, error = _parse(parser, argv[3:])
+    result: dict[str, Any] = {"ok": namespace is not None, "error": error}
+    if namespace is not None:
+        result["values"] = {name: vars(namespace).get(name) for name in BENCH_VALUES}
+    return result
+
+
 def _literal_values(annotation: Any) -> list[str]:
     """The strings a ``Literal`` (possibly inside ``Optional``) allows."""
     if typing.get_origin(annotation) is typing.Literal:
@@ -141,7 +167,10 @@ def _sglang(parser: argparse.ArgumentParser, argv: list[str]) -> dict[str, Any]:
 def main() -> None:
     request = json.load(sys.stdin)
     argvs: list[list[str]] = request["argvs"]
-    if request["engine"] == "vllm":
+    if request["engine"] == "vllm-bench":
+        bench = _vllm_bench_parser()
+        response = {"options": _option_strings(bench), "results": [_vllm_bench(bench, argv) for argv in argvs]}
+    elif request["engine"] == "vllm":
         top, serve = _vllm_parser()
         response = {
             "options": _option_strings(serve),

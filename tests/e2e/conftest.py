@@ -1,6 +1,7 @@
 """One sandbox with an engine node, its model hub serving the tiny models by id, and one operator
 pointed at that hub, shared by the end-to-end tests that run real engines (each engine uses about
-4 GiB; the node has two slots). The operator reads engine metrics every 5 s, so acceptance tests
+4 GiB; the node has three slots: two pairs side by side and a benchmark's baseline). The operator
+reads engine metrics every 5 s, so acceptance tests
 see a verdict within seconds of their traffic.
 """
 
@@ -25,7 +26,7 @@ nodeGroups:
     engine: true
     cpu: "2"
     memory: 16Gi
-    gpu: {product: SANDBOX-CPU, count: 2, memoryMiB: 4096}
+    gpu: {product: SANDBOX-CPU, count: 3, memoryMiB: 4096}
 """
 READ_INTERVAL_S = 5
 

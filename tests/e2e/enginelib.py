@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from clusterlib import Kubectl
+from clusterlib import Kubectl, WaitFor
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "manifests" / "examples" / "sandbox-tiny-eagle3.yaml"
@@ -85,3 +87,19 @@ def engine_counters(ip: str) -> dict[str, float]:
 
 def pod_ready(pod: dict[str, Any]) -> bool:
     return condition(pod, "Ready").get("status") == "True"
+
+
+@contextmanager
+def ready_pairs(k: Kubectl, wait: WaitFor, pairs: dict[str, str], **spec: Any) -> Iterator[dict[str, str]]:
+    """The tiny pairs ``{name: speculator}`` applied side by side and Ready; yields their pod IPs
+    by name, and deletes them (waiting for their pods to go) afterwards."""
+    for name, draft in pairs.items():
+        k("apply", "-n", NS, "-f", "-", input=resource(name, draft, **spec))
+    try:
+        for name in pairs:
+            wait(lambda name=name: sdep_when(k, name, "Ready", "True"), ENGINE_READY_S, f"{name} to be Ready")
+        yield {name: pods(k, name)[0]["status"]["podIP"] for name in pairs}
+    finally:
+        for name in pairs:
+            k("delete", "-n", NS, "sdep", name, "--wait=false")
+        wait(lambda: not any(pods(k, name) for name in pairs), 120, "the engine pods to be deleted")

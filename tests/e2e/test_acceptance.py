@@ -25,7 +25,7 @@ from enginelib import (
     get,
     pod_ready,
     pods,
-    resource,
+    ready_pairs,
     sdep_when,
 )
 from specdeploy.sandbox import tiny_models
@@ -66,14 +66,10 @@ def _events(k: Kubectl, name: str, reason: str) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def engines(engine_operator: LocalOperator, k: Kubectl, wait: WaitFor) -> Iterator[dict[str, str]]:
     """Both pairs Ready; their pod IPs by resource name."""
-    for name, draft in ((ALL, tiny_models.ACCEPT_ALL), (NONE, tiny_models.ACCEPT_NONE)):
-        k("apply", "-n", NS, "-f", "-", input=resource(name, draft, acceptance=POLICY))
-    for name in (ALL, NONE):
-        wait(lambda name=name: sdep_when(k, name, "Ready", "True"), ENGINE_READY_S, f"{name} to be Ready")
-    yield {name: pods(k, name)[0]["status"]["podIP"] for name in (ALL, NONE)}
-    for name in (ALL, NONE):
-        k("delete", "-n", NS, "sdep", name, "--wait=false")
-    wait(lambda: not pods(k, ALL) and not pods(k, NONE), 120, "the engine pods to be deleted")
+    with ready_pairs(
+        k, wait, {ALL: tiny_models.ACCEPT_ALL, NONE: tiny_models.ACCEPT_NONE}, acceptance=POLICY
+    ) as ips:
+        yield ips
 
 
 def test_idle_engines_stay_unknown_and_cost_no_writes(

@@ -31,8 +31,9 @@ OWN_LABELS = frozenset(
 )  # fmt: skip
 LOAD_CONTAINER = "load"
 DNS_LABEL_MAX = 63
-# A finished run Job stays this long for `kubectl describe` (then it and what it owns are gone).
-FINISHED_TTL_S = 120
+# A run Job past its deadline (its CLI was killed) is deleted this soon after, and with it the
+# baseline holding GPUs; a run that ends normally is deleted by the CLI at once.
+FINISHED_TTL_S = 10
 
 
 def child_name(name: str, suffix: str) -> str:

@@ -1,0 +1,138 @@
+"""Speculation against the baseline on real engines: `specdeploy bench` on both tiny sandbox pairs.
+
+Starts a sandbox of its own with one engine node (three CPU engine slots: both pairs and one
+baseline), runs the operator as a real process, deploys the tiny pair whose draft is always right
+and the one whose draft is always wrong, and runs `specdeploy bench` on each in turn (one
+baseline at a time), writing each plot and JSON into --out. Prints both tables and the speed-ups;
+asserts nothing. Every server is on loopback; every wait is bounded. About 10 minutes on 2 cores.
+
+    python bench/speculation_ab.py --out docs/images
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from specdeploy.sandbox import tiny_models
+from specdeploy.sandbox.binaries import ensure_kubectl
+from specdeploy.sandbox.cluster import Sandbox
+from specdeploy.sandbox.operator_process import start_operator
+
+REPO = Path(__file__).resolve().parents[1]
+CRD = REPO / "crds" / "specdeploy.io_speculativedeployments.yaml"
+EXAMPLE = REPO / "manifests" / "examples" / "sandbox-tiny-eagle3.yaml"
+NAMESPACE = "bench"
+NODES = """
+nodeGroups:
+  - name: engine
+    count: 1
+    engine: true
+    cpu: "2"
+    memory: 16Gi
+    gpu: {product: SANDBOX-CPU, count: 3, memoryMiB: 4096}
+"""
+PAIRS = {"tiny-accept-all": tiny_models.ACCEPT_ALL, "tiny-accept-none": tiny_models.ACCEPT_NONE}
+READY_TIMEOUT_S = 900.0
+
+
+def kubectl(binary: Path, kubeconfig: Path, *argv: str, stdin: str | None = None) -> str:
+    done = subprocess.run(
+        [str(binary), f"--kubeconfig={kubeconfig}", *argv],
+        input=stdin, capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    return done.stdout
+
+
+def ready(binary: Path, kubeconfig: Path, name: str) -> bool:
+    jsonpath = "jsonpath={.status.conditions[?(@.type=='Ready')].status}"
+    return kubectl(binary, kubeconfig, "get", "-n", NAMESPACE, "sdep", name, "-o", jsonpath).strip() == "True"
+
+
+def deploy(binary: Path, kubeconfig: Path) -> None:
+    kubectl(binary, kubeconfig, "apply", "--server-side", "-f", str(CRD))
+    kubectl(binary, kubeconfig, "wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRD))
+    kubectl(binary, kubeconfig, "create", "namespace", NAMESPACE)
+    for name, draft in PAIRS.items():
+        body = yaml.safe_load(EXAMPLE.read_text())
+        body["metadata"]["name"] = name
+        body["spec"]["speculator"]["model"] = draft
+        kubectl(binary, kubeconfig, "apply", "-n", NAMESPACE, "-f", "-", stdin=yaml.safe_dump(body))
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while not all(ready(binary, kubeconfig, name) for name in PAIRS):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the pairs were not Ready within {READY_TIMEOUT_S:.0f}s")
+        time.sleep(5)
+
+
+def bench(kubeconfig: Path, name: str, out: Path, load: list[str]) -> dict[str, Any]:
+    argv = [sys.executable, "-m", "specdeploy", "bench", name, "-n", NAMESPACE, *load]
+    argv += ["--output", "json", "--plot", str(out / f"bench-{name}.png")]
+    started = time.monotonic()
+    done = subprocess.run(
+        argv, capture_output=True, text=True, timeout=3600, check=False,
+        env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(f"specdeploy bench {name} exited {done.returncode}:\n{done.stderr}")
+    body: dict[str, Any] = json.loads(done.stdout)
+    body["seconds"] = round(time.monotonic() - started, 1)
+    (out / f"bench-{name}.json").write_text(json.dumps(body, indent=2) + "\n")
+    return body
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("bench-out"), help="where plots and JSON go")
+    parser.add_argument("--concurrency", default="1,2,4,8,16")
+    parser.add_argument("--prompts", default="16")
+    parser.add_argument("--input-len", default="32")
+    parser.add_argument("--output-len", default="64")
+    args = parser.parse_args()
+    load = ["--concurrency", args.concurrency, "--prompts", args.prompts]
+    load += ["--input-len", args.input_len, "--output-len", args.output_len]
+    args.out.mkdir(parents=True, exist_ok=True)
+    binary = ensure_kubectl()
+    with tempfile.TemporaryDirectory(prefix="specdeploy-ab-") as tmp:
+        workdir = Path(tmp)
+        nodes_file = workdir / "nodes.yaml"
+        nodes_file.write_text(NODES)
+        sandbox = Sandbox(f"bench-ab-{os.getpid()}", workdir / "sandboxes")
+        sandbox.up(nodes_file=nodes_file, owner_pid=os.getpid(), timeout=300)
+        operator = None
+        try:
+            operator = start_operator(
+                sandbox.kubeconfig, workdir / "operator.log", webhook_dir=None, hub_endpoint=sandbox.hub_endpoint()
+            )
+            deploy(binary, sandbox.kubeconfig)
+            for name in PAIRS:
+                body = bench(sandbox.kubeconfig, name, args.out, load)
+                print(f"\n{name} ({body['speculator']}), {body['seconds']} s:")
+                for level in body["results"]:
+                    spec, base = level["speculative"], level["baseline"]
+                    acceptance = level["acceptance"] or {}
+                    print(
+                        f"  concurrency {level['concurrency']:>3}: {spec['outputTokensPerSecond']:8.1f} vs "
+                        f"{base['outputTokensPerSecond']:8.1f} tok/s, speed-up {level['speedup']:.2f}x, "
+                        f"TPOT p50 {spec['tpotMs']['p50']:.2f} vs {base['tpotMs']['p50']:.2f} ms, "
+                        f"acceptance {acceptance.get('rate')} ({acceptance.get('meanLength')} tokens/step)"
+                    )
+                print(f"  stops paying above: {body['stopsPayingAbove']}")
+        finally:
+            if operator is not None:
+                operator.stop()
+            sandbox.down()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

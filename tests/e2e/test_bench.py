@@ -1,0 +1,255 @@
+"""``specdeploy bench`` on real engines: the tiny pair whose draft is always right must pay, the
+one whose draft is always wrong must not, in the same run, and every failure must say why and
+leave nothing behind. Both pairs and each baseline are real vLLM (CPU build) on the engine node;
+the load is ``vllm bench serve`` in a Job on that node.
+
+The tests run in file order on one pair of engines: refusals first, then the accept-all pair
+(keeping its baseline, which the two load failures after it reuse), then the accept-none pair,
+then a baseline that cannot be scheduled and a run whose process is killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clusterlib import Kubectl, WaitFor
+from enginelib import NS, condition, get, ready_pairs, resource, sdep_when
+from specdeploy.benchmark import manifests
+from specdeploy.cli import bench
+from specdeploy.sandbox import tiny_models
+from specdeploy.sandbox.cluster import Sandbox
+from specdeploy.sandbox.operator_process import LocalOperator
+
+ALL, NONE = "bench-accept-all", "bench-accept-none"
+LOAD = ("--concurrency", "1,4", "--prompts", "8", "--input-len", "32", "--output-len", "64")
+BENCH_TIMEOUT_S = 900.0
+GONE_S = 180.0
+MEASURED: dict[str, dict[str, Any]] = {}
+
+
+@pytest.fixture(scope="module")
+def engines(engine_operator: LocalOperator, k: Kubectl, wait: WaitFor) -> Iterator[dict[str, str]]:
+    with ready_pairs(k, wait, {ALL: tiny_models.ACCEPT_ALL, NONE: tiny_models.ACCEPT_NONE}) as ips:
+        yield ips
+
+
+def _bench(sandbox: Sandbox, *argv: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KUBECONFIG": str(sandbox.kubeconfig)}
+    return subprocess.run(
+        [sys.executable, "-m", "specdeploy", "bench", "-n", NS, *argv],
+        capture_output=True, text=True, env=env, timeout=BENCH_TIMEOUT_S, check=False,
+    )  # fmt: skip
+
+
+def _objects(k: Kubectl, name: str) -> list[str]:
+    """Everything a benchmark of ``name`` created that still exists (pods included)."""
+    selector = f"{manifests.BENCHMARK_OF_LABEL}={name}"
+    found = k("get", "-n", NS, "jobs,deployments,services,pods", "-l", selector, "-o", "name")
+    return sorted(found.split())
+
+
+def _nothing_left(k: Kubectl, wait: WaitFor, name: str, kept: tuple[str, ...] = ()) -> None:
+    """Only the kept baseline (when asked) remains of the run; the rest is garbage collected."""
+
+    def settled() -> bool:
+        left = [o for o in _objects(k, name) if not any(o.endswith(f"/{keep}") for keep in kept)]
+        left = [o for o in left if not (kept and o.startswith(f"pod/{kept[0]}-"))]
+        return not left
+
+    wait(settled, GONE_S, f"what the benchmark of {name} started to be removed: {_objects(k, name)}")
+
+
+def _events(k: Kubectl, name: str, reason: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = get(
+        k, "events", "--field-selector", f"involvedObject.name={name},reason={reason}"
+    )["items"]
+    return items
+
+
+def test_an_unknown_resource_is_refused(engine_sandbox: Sandbox, engine_operator: LocalOperator) -> None:
+    done = _bench(engine_sandbox, "nope", *LOAD)
+    assert done.returncode == bench.EXIT_USAGE, done.stderr
+    assert f"no SpeculativeDeployment 'nope' in namespace '{NS}'" in done.stderr
+
+
+def test_a_resource_that_is_not_ready_is_refused(
+    engines: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor
+) -> None:
+    """A pair planned at TP 4 fits no node (3 slots): not Ready, so no baseline is started."""
+    k(
+        "apply",
+        "-n",
+        NS,
+        "-f",
+        "-",
+        input=resource("too-big", tiny_models.ACCEPT_ALL, parallelism={"tensor": 4}),
+    )
+    try:
+        wait(lambda: sdep_when(k, "too-big", "Ready", "False"), 120, "too-big to be not Ready")
+        done = _bench(engine_sandbox, "too-big", *LOAD)
+        assert done.returncode == bench.EXIT_NOT_READY, done.stderr
+        assert "is not Ready (Ready=False" in done.stderr and "a benchmark needs it serving" in done.stderr
+        assert _objects(k, "too-big") == []
+    finally:
+        k("delete", "-n", NS, "sdep", "too-big", "--wait=false")
+
+
+def _measured(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert done.returncode == 0, done.stderr
+    body: dict[str, Any] = json.loads(done.stdout)
+    return body
+
+
+def test_the_accept_all_pair_pays(
+    engines: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor, tmp_path: Path
+) -> None:
+    plot = tmp_path / "accept-all.png"
+    body = _measured(
+        _bench(engine_sandbox, ALL, *LOAD, "--output", "json", "--plot", str(plot), "--keep-baseline")
+    )
+    MEASURED[ALL] = body
+    levels = {level["concurrency"]: level for level in body["results"]}
+    assert sorted(levels) == [1, 4]
+    assert levels[1]["speedup"] > 1.3, body
+    for level in levels.values():
+        for side in ("speculative", "baseline"):
+            figures = level[side]
+            assert (figures["completed"], figures["failed"]) == (8, 0)
+            assert (
+                figures["outputTokensPerSecond"] > 0
+                and figures["ttftMs"]["p99"] >= figures["ttftMs"]["p50"] > 0
+            )
+            assert figures["itlMs"]["p50"] > 0
+        spec, base = level["speculative"], level["baseline"]
+        assert level["speedup"] == pytest.approx(
+            spec["outputTokensPerSecond"] / base["outputTokensPerSecond"], 1e-2
+        )
+        # Measured from the engine's own counters during the run: every proposal kept.
+        acceptance = level["acceptance"]
+        assert (acceptance["rate"], acceptance["meanLength"], acceptance["perPosition"]) == (
+            1.0,
+            4.0,
+            [1, 1, 1],
+        )
+        assert acceptance["draftTokens"] > 0
+    assert (body["engine"], body["tensorParallelSize"], body["gpuProduct"]) == ("vllm", 1, "SANDBOX-CPU")
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+
+    summary = json.loads(get(k, "sdep", ALL)["metadata"]["annotations"][manifests.SUMMARY_ANNOTATION])
+    assert summary["speedup"] == {str(c): levels[c]["speedup"] for c in levels}
+    assert summary["stopsPayingAbove"] == body["stopsPayingAbove"]
+    events = wait(lambda: _events(k, ALL, "Benchmarked"), 30, "the Benchmarked Event")
+    assert events[0]["type"] == "Normal" and "at concurrency 1" in events[0]["message"]
+
+    baseline = manifests.baseline_name(ALL)
+    kept = get(k, "deployment", baseline)
+    assert kept["metadata"]["ownerReferences"][0]["name"] == ALL
+    assert not any(
+        "speculative" in arg for arg in kept["spec"]["template"]["spec"]["containers"][0]["command"]
+    )
+    _nothing_left(k, wait, ALL, kept=(baseline,))
+
+
+def test_a_load_image_that_cannot_be_pulled_fails_fast(
+    engines: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor
+) -> None:
+    started = time.monotonic()
+    done = _bench(engine_sandbox, ALL, *LOAD, "--keep-baseline", "--load-image", "registry.invalid/none:1")
+    assert done.returncode == bench.EXIT_LOAD, done.stderr
+    assert "reusing the kept baseline" in done.stderr
+    assert 'cannot pull image "registry.invalid/none:1"' in done.stderr
+    assert time.monotonic() - started < 120
+    _nothing_left(k, wait, ALL, kept=(manifests.baseline_name(ALL),))
+
+
+def test_a_load_job_that_fails_shows_its_log_and_removes_the_baseline(
+    engines: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor
+) -> None:
+    """An image without vLLM: the driver starts, ``vllm`` is not there, the Job fails."""
+    done = _bench(engine_sandbox, ALL, *LOAD, "--load-image", "python:3.11-slim")
+    assert done.returncode == bench.EXIT_LOAD, done.stderr
+    assert "the load Job failed; the end of its log:" in done.stderr
+    assert "No such file or directory: 'vllm'" in done.stderr
+    _nothing_left(k, wait, ALL)
+
+
+def test_the_accept_none_pair_does_not_pay(
+    engines: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor
+) -> None:
+    body = _measured(_bench(engine_sandbox, NONE, *LOAD, "--output", "json"))
+    levels = {level["concurrency"]: level for level in body["results"]}
+    assert levels[1]["speedup"] <= 1.1, body
+    assert levels[1]["speedup"] < MEASURED[ALL]["results"][0]["speedup"]
+    for level in levels.values():
+        assert (level["acceptance"]["rate"], level["acceptance"]["meanLength"]) == (0.0, 1.0)
+    if body["stopsPayingAbove"] == 0:
+        events = wait(lambda: _events(k, NONE, "SpeculationNotPaying"), 30, "the SpeculationNotPaying Event")
+        assert events[0]["type"] == "Warning"
+    _nothing_left(k, wait, NONE)
+
+
+def test_a_killed_run_is_removed_by_the_cluster(
+    engines: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor
+) -> None:
+    """SIGKILL leaves no chance to clean up: the anchor Job's deadline and TTL do it."""
+    env = {**os.environ, "KUBECONFIG": str(engine_sandbox.kubeconfig)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "specdeploy", "bench", "-n", NS, ALL, *LOAD, "--timeout", "30"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+    )  # fmt: skip
+    try:
+        wait(
+            lambda: f"deployment.apps/{manifests.baseline_name(ALL)}" in _objects(k, ALL),
+            60,
+            "the baseline to be created",
+        )
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=10)
+    _nothing_left(k, wait, ALL)
+
+
+PLACEHOLDER = """
+apiVersion: v1
+kind: Pod
+metadata: {name: slot-holder}
+spec:
+  nodeSelector: {sandbox.specdeploy.io/engine-node: "true"}
+  tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+  containers:
+    - name: hold
+      image: registry.k8s.io/pause:3.10
+      resources: {limits: {nvidia.com/gpu: "1"}}
+"""
+
+
+def test_a_baseline_that_cannot_be_scheduled_says_what_it_needs(
+    engines: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor
+) -> None:
+    k("apply", "-n", NS, "-f", "-", input=PLACEHOLDER)
+    try:
+        wait(
+            lambda: condition(get(k, "pod", "slot-holder"), "Ready").get("status") == "True",
+            60,
+            "the slot holder",
+        )
+        done = _bench(engine_sandbox, ALL, *LOAD, "--schedule-timeout", "5")
+        assert done.returncode == bench.EXIT_BASELINE, done.stderr
+        assert (
+            "the baseline cannot be scheduled: it needs 1 free nvidia.com/gpu (SANDBOX-CPU) on one node"
+            in (done.stderr)
+        )
+        assert "free now: engine-0: 0 of 3" in done.stderr and "Insufficient nvidia.com/gpu" in done.stderr
+        _nothing_left(k, wait, ALL)
+    finally:
+        k("delete", "-n", NS, "pod", "slot-holder", "--wait=false")
