@@ -110,9 +110,8 @@ def main() -> int:
         sandbox.up(nodes_file=nodes_file, owner_pid=os.getpid(), timeout=300)
         operator = None
         try:
-            operator = start_operator(
-                sandbox.kubeconfig, workdir / "operator.log", webhook_dir=None, hub_endpoint=sandbox.hub_endpoint()
-            )
+            hub = sandbox.hub_endpoint()
+            operator = start_operator(sandbox.kubeconfig, workdir / "operator.log", None, hub_endpoint=hub)
             deploy(binary, sandbox.kubeconfig)
             for name in PAIRS:
                 body = bench(sandbox.kubeconfig, name, args.out, load)

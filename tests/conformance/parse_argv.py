@@ -169,7 +169,8 @@ def main() -> None:
     argvs: list[list[str]] = request["argvs"]
     if request["engine"] == "vllm-bench":
         bench = _vllm_bench_parser()
-        response = {"options": _option_strings(bench), "results": [_vllm_bench(bench, argv) for argv in argvs]}
+        results = [_vllm_bench(bench, argv) for argv in argvs]
+        response = {"options": _option_strings(bench), "results": results}
     elif request["engine"] == "vllm":
         top, serve = _vllm_parser()
         response = {

@@ -3,14 +3,17 @@ without speculation, and the load Job's ``vllm bench serve`` means what ``benchm
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from conftest import HELPER, PARSE_TIMEOUT_S, RESULT_MARKER
+import parse_argv
 from engine_venvs import run_helper
 from specdeploy import engines
 from specdeploy.benchmark import Load
 from test_engine_parsers import VALID, ParseAll, spec_of
 
+HELPER = Path(parse_argv.__file__)
+PARSE_TIMEOUT_S = 600
 SPECULATIVE_VALUES = {
     "vllm": ("speculative_config",),
     "sglang": (
@@ -42,7 +45,7 @@ def test_the_load_is_what_was_meant() -> None:
     )  # fmt: skip
     argv = [*load.argv("http://10.1.2.3:8000", 16), "--save-result", "--result-dir", "/tmp/r"]
     job = {"engine": "vllm-bench", "argvs": [argv, [*argv, "--no-such-flag"]]}
-    response: dict[str, Any] = run_helper("vllm", HELPER, job, RESULT_MARKER, PARSE_TIMEOUT_S)
+    response: dict[str, Any] = run_helper("vllm", HELPER, job, parse_argv.RESULT_MARKER, PARSE_TIMEOUT_S)
     parsed, refused = response["results"]
     assert parsed["ok"], parsed["error"]
     assert not refused["ok"] and "unrecognized arguments" in refused["error"]

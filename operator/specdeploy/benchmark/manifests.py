@@ -45,16 +45,19 @@ def child_name(name: str, suffix: str) -> str:
     return f"{name[: DNS_LABEL_MAX - len(suffix) - 8]}-{digest}-{suffix}"
 
 
+ROLE_SUFFIX = {"run": "bench", "baseline": "baseline", "load": "bench-load"}
+
+
 def run_name(name: str) -> str:
-    return child_name(name, "bench")
+    return child_name(name, ROLE_SUFFIX["run"])
 
 
 def baseline_name(name: str) -> str:
-    return child_name(name, "baseline")
+    return child_name(name, ROLE_SUFFIX["baseline"])
 
 
 def load_name(name: str) -> str:
-    return child_name(name, "bench-load")
+    return child_name(name, ROLE_SUFFIX["load"])
 
 
 def labels(name: str, role: str) -> dict[str, str]:
@@ -73,34 +76,31 @@ def job_owner(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def run_job(resource: dict[str, Any], image: str, deadline_s: int) -> dict[str, Any]:
-    """The run's anchor: a Job with no pods that fails at ``deadline_s`` and is then deleted."""
-    name, namespace = resource["metadata"]["name"], resource["metadata"]["namespace"]
-    meta = labels(name, "run")
+def _job(
+    name: str, namespace: str, role: str, owner: dict[str, Any], deadline_s: int, pod: dict[str, Any]
+) -> dict[str, Any]:
+    """A Job of the run that never retries and fails at ``deadline_s``; ``pod`` is its pod spec."""
+    meta = labels(name, role)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {
-            "name": run_name(name),
-            "namespace": namespace,
-            "labels": meta,
-            "ownerReferences": [owner_reference(resource)],
-        },
+        "metadata": {"name": child_name(name, ROLE_SUFFIX[role]), "namespace": namespace, "labels": meta,
+                     "ownerReferences": [owner]},
         "spec": {
-            "parallelism": 0,
-            "completions": 1,
             "backoffLimit": 0,
             "activeDeadlineSeconds": deadline_s,
-            "ttlSecondsAfterFinished": FINISHED_TTL_S,
-            "template": {
-                "metadata": {"labels": meta},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [{"name": "anchor", "image": image, "command": ["true"]}],
-                },
-            },
+            "template": {"metadata": {"labels": meta}, "spec": {"restartPolicy": "Never", **pod}},
         },
-    }
+    }  # fmt: skip
+
+
+def run_job(resource: dict[str, Any], image: str, deadline_s: int) -> dict[str, Any]:
+    """The run's anchor: a Job with no pods that fails at ``deadline_s`` and is then deleted."""
+    meta = resource["metadata"]
+    pod = {"containers": [{"name": "anchor", "image": image, "command": ["true"]}]}
+    job = _job(meta["name"], meta["namespace"], "run", owner_reference(resource), deadline_s, pod)
+    job["spec"].update(parallelism=0, completions=1, ttlSecondsAfterFinished=FINISHED_TTL_S)
+    return job
 
 
 def _engine_container(pod_spec: dict[str, Any]) -> dict[str, Any]:
@@ -176,7 +176,6 @@ def load_job(
 ) -> dict[str, Any]:
     """The load generator's Job: one pod, placed like the engines (so it reaches them as closely
     as a client in their zone would), with their hub access for the tokenizer, run once."""
-    namespace = speculative["metadata"]["namespace"]
     pod_spec = speculative["spec"]["template"]["spec"]
     env = [e for e in _engine_container(pod_spec).get("env") or [] if e["name"].startswith("HF_")]
     container: dict[str, Any] = {
@@ -189,27 +188,5 @@ def load_job(
     if env:
         container["env"] = env
     placement = {k: pod_spec[k] for k in ("nodeSelector", "affinity", "tolerations") if pod_spec.get(k)}
-    meta = labels(name, "load")
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": load_name(name),
-            "namespace": namespace,
-            "labels": meta,
-            "ownerReferences": [owner],
-        },
-        "spec": {
-            "backoffLimit": 0,
-            "activeDeadlineSeconds": deadline_s,
-            "template": {
-                "metadata": {"labels": meta},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "enableServiceLinks": False,
-                    "containers": [container],
-                    **placement,
-                },
-            },
-        },
-    }
+    pod = {"enableServiceLinks": False, "containers": [container], **placement}
+    return _job(name, speculative["metadata"]["namespace"], "load", owner, deadline_s, pod)
