@@ -58,9 +58,13 @@ def ready(binary: Path, kubeconfig: Path, name: str) -> bool:
     return kubectl(binary, kubeconfig, "get", "-n", NAMESPACE, "sdep", name, "-o", jsonpath).strip() == "True"
 
 
-def deploy(binary: Path, kubeconfig: Path) -> None:
+def install_crd(binary: Path, kubeconfig: Path) -> None:
+    """Before the operator starts: it watches the resource's API from the first moment."""
     kubectl(binary, kubeconfig, "apply", "--server-side", "-f", str(CRD))
     kubectl(binary, kubeconfig, "wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRD))
+
+
+def deploy(binary: Path, kubeconfig: Path) -> None:
     kubectl(binary, kubeconfig, "create", "namespace", NAMESPACE)
     for name, draft in PAIRS.items():
         body = yaml.safe_load(EXAMPLE.read_text())
@@ -110,6 +114,7 @@ def main() -> int:
         sandbox.up(nodes_file=nodes_file, owner_pid=os.getpid(), timeout=300)
         operator = None
         try:
+            install_crd(binary, sandbox.kubeconfig)
             hub = sandbox.hub_endpoint()
             operator = start_operator(sandbox.kubeconfig, workdir / "operator.log", None, hub_endpoint=hub)
             deploy(binary, sandbox.kubeconfig)

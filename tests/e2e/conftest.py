@@ -1,8 +1,8 @@
 """One sandbox with an engine node, its model hub serving the tiny models by id, and one operator
 pointed at that hub, shared by the end-to-end tests that run real engines (each engine uses about
-4 GiB; the node has three slots: two pairs side by side and a benchmark's baseline). The operator
-reads engine metrics every 5 s, so acceptance tests
-see a verdict within seconds of their traffic.
+4 GiB; the node has three slots: two pairs side by side and a benchmark's baseline). The
+operator reads engine metrics every 5 s, so acceptance tests see a verdict within seconds of
+their traffic.
 """
 
 from __future__ import annotations

@@ -104,6 +104,15 @@ def test_a_resource_that_is_not_ready_is_refused(
         k("delete", "-n", NS, "sdep", "too-big", "--wait=false")
 
 
+def test_requests_longer_than_the_context_are_refused(
+    engines: dict[str, str], engine_sandbox: Sandbox, k: Kubectl
+) -> None:
+    done = _bench(engine_sandbox, ALL, "--input-len", "500", "--output-len", "64")
+    assert done.returncode == bench.EXIT_USAGE, done.stderr
+    assert "= 564 tokens per request, more than the 512 that bench-accept-all serves" in done.stderr
+    assert _objects(k, ALL) == []
+
+
 def _measured(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     assert done.returncode == 0, done.stderr
     body: dict[str, Any] = json.loads(done.stdout)
@@ -196,6 +205,30 @@ def test_the_accept_none_pair_does_not_pay(
         events = wait(lambda: _events(k, NONE, "SpeculationNotPaying"), 30, "the SpeculationNotPaying Event")
         assert events[0]["type"] == "Warning"
     _nothing_left(k, wait, NONE)
+
+
+def test_an_interrupted_run_removes_what_it_started(
+    engines: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor
+) -> None:
+    """SIGTERM (and Ctrl-C) while the baseline starts: the CLI deletes the anchor and exits 130."""
+    env = {**os.environ, "KUBECONFIG": str(engine_sandbox.kubeconfig)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "specdeploy", "bench", "-n", NS, ALL, *LOAD],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        wait(
+            lambda: f"deployment.apps/{manifests.baseline_name(ALL)}" in _objects(k, ALL),
+            60,
+            "the baseline to be created",
+        )
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == bench.EXIT_INTERRUPTED, stderr
+    assert "error: interrupted" in stderr and "removed the run's Jobs and the baseline" in stderr
+    _nothing_left(k, wait, ALL)
 
 
 def test_a_killed_run_is_removed_by_the_cluster(

@@ -317,6 +317,7 @@ class _Run:
 
         self.resource = self._resource()
         self.deployment, pod = self._serving(self.resource)
+        self._check_lengths()
         existing = self._read(self.kube.batch.read_namespaced_job, manifests.run_name(self.name))
         if existing is not None:
             if not (_condition(existing, "Complete") or _condition(existing, "Failed")):
@@ -335,6 +336,18 @@ class _Run:
         anchor = manifests.run_job(self.resource, self._load_image(), self.args.timeout)
         self.run_job = self._create_job(anchor)
         return pod
+
+    def _check_lengths(self) -> None:
+        """A request longer than the context the engines serve would only fail inside the Job."""
+        spec, plan = self.resource.get("spec") or {}, (self.resource.get("status") or {}).get("plan") or {}
+        limit = spec.get("maxModelLen") or plan.get("maxModelLen")
+        tokens = self.args.input_len + self.args.output_len
+        if limit and tokens > limit:
+            raise BenchError(
+                EXIT_USAGE,
+                f"--input-len {self.args.input_len} + --output-len {self.args.output_len} = {tokens} tokens "
+                f"per request, more than the {limit} that {self.name} serves (its maxModelLen)",
+            )
 
     def _gone(self, read: Callable[..., Any], name: str) -> bool | None:
         return True if self._read(read, name) is None else None
