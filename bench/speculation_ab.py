@@ -98,9 +98,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("bench-out"), help="where plots and JSON go")
     parser.add_argument("--concurrency", default="1,2,4,8,16")
-    parser.add_argument("--prompts", default="16")
+    parser.add_argument("--prompts", default="32")
     parser.add_argument("--input-len", default="32")
-    parser.add_argument("--output-len", default="64")
+    parser.add_argument("--output-len", default="128")
     args = parser.parse_args()
     load = ["--concurrency", args.concurrency, "--prompts", args.prompts]
     load += ["--input-len", args.input_len, "--output-len", args.output_len]

@@ -25,7 +25,7 @@ import pytest
 from clusterlib import Kubectl, WaitFor
 from enginelib import NS, condition, get, ready_pairs, resource, sdep_when
 from specdeploy.benchmark import manifests
-from specdeploy.cli import bench
+from specdeploy.benchmark import session as bench
 from specdeploy.sandbox import tiny_models
 from specdeploy.sandbox.cluster import Sandbox
 from specdeploy.sandbox.operator_process import LocalOperator

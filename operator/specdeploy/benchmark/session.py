@@ -1,0 +1,423 @@
+"""One ``specdeploy bench`` run against the cluster: checks, the anchor, the baseline, the load
+Job, its log, the summary on the resource, and the clean-up.
+
+Everything the run creates hangs off one anchor Job that expires by itself (``manifests``), so
+nothing outlives the run for longer than its timeout even when the process running it is
+killed. Waits poll the few objects of one run every 2 s within that timeout.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NoReturn, TypeVar
+
+from kubernetes.client.exceptions import ApiException
+
+from specdeploy import api, children, engines
+from specdeploy.benchmark import manifests
+from specdeploy.benchmark.load import Load, command, plan
+from specdeploy.benchmark.results import Comparison
+from specdeploy.children.labels import owner_reference
+from specdeploy.controller.kube import KubeClient
+from specdeploy.controller.pods import pod_failure, project, serving
+from specdeploy.planning.gpus import PRODUCT_LABEL
+
+EXIT_USAGE = 2
+EXIT_NOT_READY = 3
+EXIT_BASELINE = 4
+EXIT_LOAD = 5
+EXIT_TIMEOUT = 6
+EXIT_INTERRUPTED = 130
+POLL_S = 2.0
+PROGRESS_S = 30.0
+T = TypeVar("T")
+
+
+class BenchError(Exception):
+    """The run cannot go on: the message for the user and the exit code."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the user asked for: the resource, the load, how long to wait, what to keep."""
+
+    name: str
+    concurrency: tuple[int, ...]
+    prompts: int
+    input_len: int
+    output_len: int
+    dataset: str = "random"
+    dataset_path: str | None = None
+    seed: int = 0
+    temperature: float = 0.0
+    keep_baseline: bool = False
+    load_image: str | None = None
+    timeout: int = 3600
+    schedule_timeout: int = 120
+
+
+def say(message: str) -> None:
+    print(f"==> {message}", file=sys.stderr, flush=True)
+
+
+def _condition(body: dict[str, Any], type_: str) -> dict[str, Any]:
+    found = [c for c in (body.get("status") or {}).get("conditions") or [] if c.get("type") == type_]
+    return found[0] if found else {}
+
+
+class Session:
+    """One benchmark of one resource; ``cleanup`` removes what it created, whatever happened."""
+
+    def __init__(self, kube: KubeClient, namespace: str, options: Options) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.options = options
+        self.name = options.name
+        self.deadline = time.monotonic() + options.timeout
+        self.resource: dict[str, Any] = {}
+        self.deployment: dict[str, Any] = {}
+        self.run_job: dict[str, Any] | None = None
+        self.baseline: tuple[dict[str, Any], dict[str, Any]] | None = None
+
+    # -- reading the cluster ----------------------------------------------------------------------
+
+    def _dict(self, obj: Any) -> dict[str, Any]:
+        """A client model as the plain dict the apiserver sent (what the builders read)."""
+        sanitize: Callable[[Any], dict[str, Any]] = self.kube.api_client.sanitize_for_serialization
+        return sanitize(obj)
+
+    def _create_job(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        body: Any = manifest
+        return self._dict(self.kube.batch.create_namespaced_job(self.namespace, body))
+
+    def _read(self, read: Callable[..., Any], name: str) -> dict[str, Any] | None:
+        try:
+            return self._dict(read(name, self.namespace))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def _pods(self, selector: dict[str, str]) -> list[dict[str, Any]]:
+        labels = ",".join(f"{k}={v}" for k, v in selector.items())
+        found = self.kube.core.list_namespaced_pod(self.namespace, label_selector=labels)
+        return [self._dict(pod) for pod in found.items]
+
+    def _resource(self) -> dict[str, Any]:
+
+        try:
+            body: Any = self.kube.custom.get_namespaced_custom_object(
+                api.GROUP, api.VERSION, self.namespace, api.PLURAL, self.name
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                raise BenchError(
+                    EXIT_USAGE, f"no SpeculativeDeployment {self.name!r} in namespace {self.namespace!r}"
+                ) from exc
+            raise
+        resource: dict[str, Any] = body
+        return resource
+
+    def _serving(self, resource: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The resource's Deployment and one Ready engine pod running the command status shows."""
+        ready = _condition(resource, "Ready")
+        status = resource.get("status") or {}
+        where = f"SpeculativeDeployment {self.namespace}/{self.name}"
+        if ready.get("status") != "True":
+            raise BenchError(
+                EXIT_NOT_READY,
+                f"{where} is not Ready (Ready={ready.get('status', 'Unknown')}, "
+                f"{ready.get('reason', 'no status yet')}: {ready.get('message', '')}); "
+                "a benchmark needs it serving",
+            )
+        if status.get("observedGeneration") != resource["metadata"].get("generation"):
+            raise BenchError(EXIT_NOT_READY, f"{where} has a spec change the operator has not rolled out yet")
+        deployment = self._read(self.kube.apps.read_namespaced_deployment, self.name)
+        pods = self._pods(
+            {children.INSTANCE_LABEL: self.name, children.MANAGED_BY_LABEL: children.MANAGED_BY}
+        )
+        views = serving([project(p) for p in pods], status.get("command") or [])
+        if deployment is None or not views:
+            raise BenchError(EXIT_NOT_READY, f"{where} has no Ready engine pod running its current command")
+        pod = next(p for p in pods if p["metadata"]["name"] == views[0].name)
+        return deployment, pod
+
+    # -- waiting ----------------------------------------------------------------------------------
+
+    def _until(self, what: str, check: Callable[[], T | None]) -> T:
+        """Poll ``check`` until it returns a value, within the run's deadline."""
+        last_said = time.monotonic()
+        while True:
+            found = check()
+            if found is not None:
+                return found
+            now = time.monotonic()
+            if now > self.deadline:
+                raise BenchError(EXIT_TIMEOUT, f"timed out after {self.options.timeout}s waiting for {what}")
+            if now - last_said > PROGRESS_S:
+                say(f"still waiting for {what}")
+                last_said = now
+            time.sleep(POLL_S)
+
+    def _unschedulable(self, pod: dict[str, Any]) -> str | None:
+        """The scheduler's message while ``pod`` waits for a node; None once it has one."""
+        scheduled = _condition(pod, "PodScheduled")
+        if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
+            return str(scheduled.get("message") or "no node fits")
+        return None
+
+    def _free_gpus(self, product: str | None) -> str:
+        """Free GPUs per node of ``product`` now (allocatable minus what running pods request)."""
+        selector = f"{PRODUCT_LABEL}={product}" if product else None
+        free = []
+        for node in self._dict(self.kube.core.list_node(label_selector=selector))["items"]:
+            allocatable = int(node["status"].get("allocatable", {}).get(api.GPU_RESOURCE, "0"))
+            if not allocatable:
+                continue
+            running = f"spec.nodeName={node['metadata']['name']},status.phase!=Succeeded,status.phase!=Failed"
+            pods = self._dict(self.kube.core.list_pod_for_all_namespaces(field_selector=running))["items"]
+            used = sum(
+                int(((c.get("resources") or {}).get("requests") or {}).get(api.GPU_RESOURCE, "0"))
+                for pod in pods
+                for c in pod["spec"]["containers"]
+            )
+            free.append(f"{node['metadata']['name']}: {allocatable - used} of {allocatable}")
+        return ", ".join(free) if free else "no node has any"
+
+    def _cannot_schedule(self, what: str, pod: dict[str, Any], message: str, code: int) -> NoReturn:
+        limits = [((c.get("resources") or {}).get("limits") or {}) for c in pod["spec"]["containers"]]
+        gpus = next((found[api.GPU_RESOURCE] for found in limits if api.GPU_RESOURCE in found), None)
+        if gpus is None:
+            raise BenchError(code, f"the {what} cannot be scheduled: {message}")
+        product = ((self.resource.get("status") or {}).get("plan") or {}).get("gpuProduct")
+        needs = f"{gpus} free {api.GPU_RESOURCE}" + (f" ({product})" if product else "") + " on one node"
+        raise BenchError(
+            code,
+            f"the {what} cannot be scheduled: it needs {needs}, the same as one replica of "
+            f"{self.name}; free now: {self._free_gpus(product)}. The scheduler says: {message}",
+        )
+
+    def _watch_pod(self, what: str, selector: dict[str, str], code: int, ready: bool) -> dict[str, Any]:
+        """The pod of ``selector`` once Ready (``ready``) or finished; BenchError when it cannot
+        be scheduled within --schedule-timeout or fails to start."""
+
+        placed = [time.monotonic()]
+
+        def check() -> dict[str, Any] | None:
+            pods = [p for p in self._pods(selector) if not p["metadata"].get("deletionTimestamp")]
+            if not pods:
+                return None
+            pod = pods[0]
+            unschedulable = self._unschedulable(pod)
+            if unschedulable is None:
+                placed[0] = time.monotonic()
+            elif time.monotonic() - placed[0] > self.options.schedule_timeout:
+                self._cannot_schedule(what, pod, unschedulable, code)
+            view = project(pod)
+            failure = pod_failure(view)
+            if failure is not None:
+                raise BenchError(code, f"the {what} fails ({failure.reason}): {failure.message}")
+            finished = view.phase in ("Succeeded", "Failed")
+            return pod if (view.ready if ready else finished) else None
+
+        return self._until(f"the {what}", check)
+
+    # -- the run ----------------------------------------------------------------------------------
+
+    def start(self) -> dict[str, Any]:
+        """Checks, then the anchor Job; returns the speculative engine pod to measure."""
+        self.resource = self._resource()
+        self.deployment, pod = self._serving(self.resource)
+        self._check_lengths()
+        existing = self._read(self.kube.batch.read_namespaced_job, manifests.run_name(self.name))
+        if existing is not None:
+            if not (_condition(existing, "Complete") or _condition(existing, "Failed")):
+                raise BenchError(
+                    EXIT_USAGE,
+                    f"a benchmark of {self.name} is already running (Job {self.namespace}/"
+                    f"{existing['metadata']['name']}); wait for it, or stop it with "
+                    f"kubectl delete job -n {self.namespace} {existing['metadata']['name']}",
+                )
+            self._delete_job(existing["metadata"]["name"])
+            previous = existing["metadata"]["name"]
+            self._until(
+                "the previous run to be removed",
+                lambda: self._gone(self.kube.batch.read_namespaced_job, previous),
+            )
+        anchor = manifests.run_job(self.resource, self._load_image(), self.options.timeout)
+        self.run_job = self._create_job(anchor)
+        return pod
+
+    def _check_lengths(self) -> None:
+        """A request longer than the context the engines serve would only fail inside the Job."""
+        spec = self.resource.get("spec") or {}
+        planned = (self.resource.get("status") or {}).get("plan") or {}
+        limit = spec.get("maxModelLen") or planned.get("maxModelLen")
+        tokens = self.options.input_len + self.options.output_len
+        if limit and tokens > limit:
+            raise BenchError(
+                EXIT_USAGE,
+                f"--input-len {self.options.input_len} + --output-len {self.options.output_len} = "
+                f"{tokens} tokens per request, more than the {limit} that {self.name} serves "
+                "(its maxModelLen)",
+            )
+
+    def _gone(self, read: Callable[..., Any], name: str) -> bool | None:
+        return True if self._read(read, name) is None else None
+
+    def _load_image(self) -> str:
+        if self.options.load_image:
+            return str(self.options.load_image)
+        template = self.deployment["spec"]["template"]["spec"]
+        engine = next(c for c in template["containers"] if c["name"] == children.ENGINE_CONTAINER)
+        if self.deployment["metadata"]["labels"].get(children.ENGINE_LABEL) == "vllm":
+            return str(engine["image"])
+        return engines.engine_for("vllm").default_image
+
+    def _owner(self) -> dict[str, Any]:
+        assert self.run_job is not None
+        return (
+            owner_reference(self.resource)
+            if self.options.keep_baseline
+            else manifests.job_owner(self.run_job)
+        )
+
+    def start_baseline(self) -> dict[str, Any]:
+        """The baseline Deployment (a kept one reused when its template is unchanged), once Ready."""
+        deployment, service = manifests.baseline(self.deployment, self.name, self._owner())
+        name = deployment["metadata"]["name"]
+        found = self._read(self.kube.apps.read_namespaced_deployment, name)
+        wanted = deployment["metadata"]["annotations"][manifests.TEMPLATE_HASH_ANNOTATION]
+        if found is not None:
+            kept = (found["metadata"].get("annotations") or {}).get(manifests.TEMPLATE_HASH_ANNOTATION)
+            if kept == wanted:
+                say(f"reusing the kept baseline {self.namespace}/{name}")
+            else:
+                say(f"replacing the baseline {self.namespace}/{name}: {self.name} changed since it was kept")
+                self.kube.apps.delete_namespaced_deployment(
+                    name, self.namespace, propagation_policy="Foreground"
+                )
+                read = self.kube.apps.read_namespaced_deployment
+                self._until(f"the old baseline {name} to be removed", lambda: self._gone(read, name))
+        else:
+            say(f"starting the baseline {self.namespace}/{name} (the same engine without the speculator)")
+        self.baseline = (deployment, service)
+        self.kube.apply(deployment)
+        self.kube.apply(service)
+        selector = deployment["spec"]["selector"]["matchLabels"]
+        return self._watch_pod("baseline", selector, EXIT_BASELINE, ready=True)
+
+    def measure(
+        self, speculative_pod: dict[str, Any], baseline_pod: dict[str, Any]
+    ) -> tuple[str, dict[str, Any]]:
+        """Run the load Job to the end; (its log, the load it ran)."""
+        engine = self.deployment["metadata"]["labels"][children.ENGINE_LABEL]
+        status = self.resource.get("status") or {}
+        spec = self.resource.get("spec") or {}
+        load = Load(
+            model=spec.get("servedModelName") or status["verifier"],
+            tokenizer=status["verifier"],
+            concurrencies=self.options.concurrency,
+            prompts=self.options.prompts,
+            input_len=self.options.input_len,
+            output_len=self.options.output_len,
+            dataset=self.options.dataset,
+            dataset_path=self.options.dataset_path,
+            seed=self.options.seed,
+            temperature=self.options.temperature,
+        )
+        port = next(
+            p["containerPort"]
+            for c in speculative_pod["spec"]["containers"]
+            if c["name"] == children.ENGINE_CONTAINER
+            for p in c["ports"]
+            if p["name"] == children.ENGINE_PORT_NAME
+        )
+        driver_plan = plan(
+            load,
+            engine,
+            f"http://{speculative_pod['status']['podIP']}:{port}",
+            f"http://{baseline_pod['status']['podIP']}:{port}",
+        )
+        assert self.run_job is not None
+        remaining = max(1, int(self.deadline - time.monotonic()))
+        job = manifests.load_job(
+            self.deployment, self.name, manifests.job_owner(self.run_job), self._load_image(),
+            command(driver_plan), remaining,
+        )  # fmt: skip
+        self._create_job(job)
+        say(
+            f"load Job {self.namespace}/{job['metadata']['name']}: {load.prompts} requests of "
+            f"{load.input_len}+{load.output_len} tokens at concurrency "
+            f"{','.join(map(str, load.concurrencies))}, baseline then speculative"
+        )
+        selector = job["spec"]["template"]["metadata"]["labels"]
+        pod = self._watch_pod("load Job", selector, EXIT_LOAD, ready=False)
+        log = str(
+            self.kube.core.read_namespaced_pod_log(
+                pod["metadata"]["name"], self.namespace, container=manifests.LOAD_CONTAINER
+            )
+        )
+        if pod["status"]["phase"] != "Succeeded":
+            tail = "\n".join(log.splitlines()[-25:])
+            raise BenchError(EXIT_LOAD, f"the load Job failed; the end of its log:\n{tail}")
+        return log, {
+            "concurrency": list(load.concurrencies), "prompts": load.prompts, "inputLen": load.input_len,
+            "outputLen": load.output_len, "dataset": load.dataset, "seed": load.seed,
+            "temperature": load.temperature,
+        }  # fmt: skip
+
+    def record(self, summary: str, event: tuple[str, str, str]) -> None:
+        """The summary annotation on the resource, and the Event."""
+        patch = {"metadata": {"annotations": {manifests.SUMMARY_ANNOTATION: summary}}}
+        self.kube.custom.patch_namespaced_custom_object(
+            api.GROUP, api.VERSION, self.namespace, api.PLURAL, self.name, patch
+        )
+        self.kube.post_event(self.resource, *event)
+
+    def _delete_job(self, name: str) -> None:
+        try:
+            self.kube.batch.delete_namespaced_job(name, self.namespace, propagation_policy="Background")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def cleanup(self) -> None:
+        """Hand a kept baseline to the resource, then delete the anchor: the GC does the rest."""
+        if self.run_job is None:
+            return
+        if self.options.keep_baseline and self.baseline is not None:
+            for manifest in self.baseline:
+                self.kube.apply(manifest)
+            say(f"kept the baseline {self.namespace}/{self.baseline[0]['metadata']['name']}")
+        self._delete_job(self.run_job["metadata"]["name"])
+        say("removed the run's Jobs" + ("" if self.options.keep_baseline else " and the baseline"))
+        self.run_job = None
+
+    def report(self, comparison: Comparison, load: dict[str, Any]) -> dict[str, Any]:
+        """The JSON report: the resource, what was compared, the load, and the comparison."""
+        status = self.resource.get("status") or {}
+        planned = status.get("plan") or {}
+        template = self.deployment["spec"]["template"]["spec"]
+        engine = next(c for c in template["containers"] if c["name"] == children.ENGINE_CONTAINER)
+        return {
+            "name": self.name,
+            "namespace": self.namespace,
+            "engine": status.get("engine"),
+            "image": engine["image"],
+            "verifier": status.get("verifier"),
+            "speculator": status.get("speculator"),
+            "tensorParallelSize": status.get("tensorParallelSize"),
+            "gpuProduct": planned.get("gpuProduct"),
+            "gpusPerReplica": planned.get("gpusPerReplica"),
+            "baseline": {"name": manifests.baseline_name(self.name), "kept": self.options.keep_baseline},
+            "load": load,
+            **comparison.to_json(),
+        }
