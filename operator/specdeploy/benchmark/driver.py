@@ -37,15 +37,17 @@ def exposition(url: str, prefixes: list[str]) -> str:
 def wait_healthy(url: str) -> None:
     """Until ``url`` answers 200: a pod that was Ready a moment ago may be restarting."""
     deadline = time.monotonic() + READY_TIMEOUT_S
-    while True:
+    answer = "no answer yet"
+    while time.monotonic() < deadline:
         try:
             with urllib.request.urlopen(url, timeout=5) as response:
                 if response.status == 200:
                     return
+                answer = f"HTTP {response.status}"
         except OSError as exc:
-            if time.monotonic() > deadline:
-                raise SystemExit(f"{url} did not answer within {READY_TIMEOUT_S:.0f}s: {exc}") from exc
+            answer = str(exc)
         time.sleep(2)
+    raise SystemExit(f"{url} did not answer within {READY_TIMEOUT_S:.0f}s: {answer}")
 
 
 def run(step: dict[str, Any], prefixes: list[str]) -> dict[str, Any]:
