@@ -39,11 +39,9 @@ def test_every_baseline_is_the_same_server_without_speculation(parse_all: ParseA
 
 
 def test_the_load_is_what_was_meant() -> None:
-    load = Load(
-        model="Qwen/Qwen3-30B-A3B-Instruct-2507", tokenizer="Qwen/Qwen3-30B-A3B-Instruct-2507",
-        concurrencies=(1, 16), prompts=200, input_len=512, output_len=256, seed=3, temperature=0.0,
-    )  # fmt: skip
-    argv = [*load.argv("http://10.1.2.3:8000", 16), "--save-result", "--result-dir", "/tmp/r"]
+    model = "Qwen/Qwen3-30B-A3B-Instruct-2507"
+    load = Load(concurrencies=(1, 16), prompts=200, input_len=512, output_len=256, seed=3, temperature=0.0)
+    argv = [*load.argv("http://10.1.2.3:8000", model, model, 16), "--save-result", "--result-dir", "/tmp/r"]
     job = {"engine": "vllm-bench", "argvs": [argv, [*argv, "--no-such-flag"]]}
     response: dict[str, Any] = run_helper("vllm", HELPER, job, parse_argv.RESULT_MARKER, PARSE_TIMEOUT_S)
     parsed, refused = response["results"]
@@ -54,7 +52,7 @@ def test_the_load_is_what_was_meant() -> None:
     assert [flag for flag in flags if flag not in options] == [], "not exact option names"
     assert parsed["values"] == {
         "backend": "openai", "base_url": "http://10.1.2.3:8000", "endpoint": "/v1/completions",
-        "model": load.model, "tokenizer": load.tokenizer, "dataset_name": "random",
+        "model": model, "tokenizer": model, "dataset_name": "random",
         "input_len": 512, "output_len": 256, "ignore_eos": True, "num_prompts": 200,
         "max_concurrency": 16, "num_warmups": 16, "seed": 3, "temperature": 0.0,
         "percentile_metrics": "ttft,tpot,itl,e2el", "metric_percentiles": "50,99",

@@ -207,21 +207,28 @@ def test_the_accept_none_pair_does_not_pay(
     _nothing_left(k, wait, NONE)
 
 
+def _start_until_baseline(sandbox: Sandbox, k: Kubectl, wait: WaitFor, *argv: str) -> subprocess.Popen[str]:
+    """A benchmark of the accept-all pair in the background, once its baseline exists."""
+    env = {**os.environ, "KUBECONFIG": str(sandbox.kubeconfig)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "specdeploy", "bench", "-n", NS, ALL, *argv],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        created = f"deployment.apps/{manifests.baseline_name(ALL)}"
+        wait(lambda: created in _objects(k, ALL), 60, "the baseline to be created")
+    except BaseException:
+        process.kill()
+        raise
+    return process
+
+
 def test_an_interrupted_run_removes_what_it_started(
     engines: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor
 ) -> None:
     """SIGTERM (and Ctrl-C) while the baseline starts: the CLI deletes the anchor and exits 130."""
-    env = {**os.environ, "KUBECONFIG": str(engine_sandbox.kubeconfig)}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "specdeploy", "bench", "-n", NS, ALL, *LOAD],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
+    process = _start_until_baseline(engine_sandbox, k, wait, *LOAD)
     try:
-        wait(
-            lambda: f"deployment.apps/{manifests.baseline_name(ALL)}" in _objects(k, ALL),
-            60,
-            "the baseline to be created",
-        )
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=30)
     finally:
@@ -235,20 +242,9 @@ def test_a_killed_run_is_removed_by_the_cluster(
     engines: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor
 ) -> None:
     """SIGKILL leaves no chance to clean up: the anchor Job's deadline and TTL do it."""
-    env = {**os.environ, "KUBECONFIG": str(engine_sandbox.kubeconfig)}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "specdeploy", "bench", "-n", NS, ALL, *LOAD, "--timeout", "30"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-    )  # fmt: skip
-    try:
-        wait(
-            lambda: f"deployment.apps/{manifests.baseline_name(ALL)}" in _objects(k, ALL),
-            60,
-            "the baseline to be created",
-        )
-    finally:
-        process.send_signal(signal.SIGKILL)
-        process.wait(timeout=10)
+    process = _start_until_baseline(engine_sandbox, k, wait, *LOAD, "--timeout", "30")
+    process.send_signal(signal.SIGKILL)
+    process.communicate(timeout=10)
     _nothing_left(k, wait, ALL)
 
 

@@ -151,9 +151,7 @@ def test_load_job_is_placed_like_the_engines_without_their_gpus() -> None:
     assert job["metadata"]["ownerReferences"] == [manifests.job_owner(RUN)]
 
 
-LOAD = load.Load(
-    model="m", tokenizer="org/m", concurrencies=(1, 4), prompts=8, input_len=32, output_len=64, seed=7
-)
+LOAD = load.Load(concurrencies=(1, 4), prompts=8, input_len=32, output_len=64, seed=7)
 
 
 def _flag(argv: list[str], flag: str) -> str:
@@ -161,7 +159,7 @@ def _flag(argv: list[str], flag: str) -> str:
 
 
 def test_same_load_for_both_engines_in_order() -> None:
-    plan = load.plan(LOAD, "vllm", "http://10.0.0.1:8000", "http://10.0.0.2:8000")
+    plan = load.plan(LOAD, "vllm", "m", "org/m", "http://10.0.0.1:8000", "http://10.0.0.2:8000")
     steps: list[dict[str, Any]] = plan["steps"]  # type: ignore[assignment]
     assert [(s["target"], s["concurrency"]) for s in steps] == [
         ("baseline", 1), ("speculative", 1), ("baseline", 4), ("speculative", 4),
@@ -175,12 +173,14 @@ def test_same_load_for_both_engines_in_order() -> None:
         "7",
     )
     assert "--ignore-eos" in spec and _flag(spec, "--temperature") == "0.0"
+    assert (_flag(spec, "--model"), _flag(spec, "--tokenizer")) == ("m", "org/m")
+    assert LOAD.describe()["concurrency"] == [1, 4] and LOAD.describe()["outputLen"] == 64
     assert "metricsUrl" not in steps[0] and steps[1]["metricsUrl"] == "http://10.0.0.1:8000/metrics"
     assert plan["metricPrefixes"] == ["vllm:spec_decode_num_"]
 
 
 def test_load_command_runs_the_driver_on_the_plan() -> None:
-    plan = load.plan(LOAD, "sglang", "http://a:1", "http://b:1")
+    plan = load.plan(LOAD, "sglang", "m", "org/m", "http://a:1", "http://b:1")
     argv = load.command(plan)
     assert argv[:2] == ["python3", "-c"] and "def main(" in argv[2]
     assert json.loads(argv[3]) == plan

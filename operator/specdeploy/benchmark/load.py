@@ -28,8 +28,6 @@ class Load:
     dataset name (``random`` needs no file), ``dataset_path`` its file or hub id.
     """
 
-    model: str
-    tokenizer: str
     concurrencies: tuple[int, ...]
     prompts: int
     input_len: int
@@ -39,12 +37,21 @@ class Load:
     seed: int = 0
     temperature: float = 0.0
 
-    def argv(self, base_url: str, concurrency: int) -> list[str]:
-        """One ``vllm bench serve`` at ``concurrency``, warmed up by one wave of requests."""
+    def describe(self) -> dict[str, object]:
+        """The load as the report and the summary annotation show it."""
+        return {
+            "concurrency": list(self.concurrencies), "prompts": self.prompts, "inputLen": self.input_len,
+            "outputLen": self.output_len, "dataset": self.dataset, "seed": self.seed,
+            "temperature": self.temperature,
+        }  # fmt: skip
+
+    def argv(self, base_url: str, model: str, tokenizer: str, concurrency: int) -> list[str]:
+        """One ``vllm bench serve`` of ``model`` at ``concurrency``, warmed up by one wave of
+        requests; ``tokenizer`` (the verifier's) builds and counts the prompts."""
         argv = [
             "vllm", "bench", "serve",
             "--backend", "openai", "--base-url", base_url, "--endpoint", "/v1/completions",
-            "--model", self.model, "--tokenizer", self.tokenizer,
+            "--model", model, "--tokenizer", tokenizer,
             "--dataset-name", self.dataset,
             "--input-len", str(self.input_len), "--output-len", str(self.output_len), "--ignore-eos",
             "--num-prompts", str(self.prompts), "--max-concurrency", str(concurrency),
@@ -58,7 +65,9 @@ class Load:
         return argv
 
 
-def plan(load: Load, engine: EngineName, speculative_url: str, baseline_url: str) -> dict[str, object]:
+def plan(
+    load: Load, engine: EngineName, model: str, tokenizer: str, speculative_url: str, baseline_url: str
+) -> dict[str, object]:
     """The driver's input: per concurrency the baseline, then the speculative engine (whose
     /metrics are read around its run for acceptance), in the order given."""
     steps = []
@@ -68,7 +77,7 @@ def plan(load: Load, engine: EngineName, speculative_url: str, baseline_url: str
                 "target": target,
                 "concurrency": concurrency,
                 "healthUrl": f"{url}/health",
-                "argv": load.argv(url, concurrency),
+                "argv": load.argv(url, model, tokenizer, concurrency),
             }
             if target == SPECULATIVE:
                 step["metricsUrl"] = f"{url}/metrics"

@@ -49,14 +49,7 @@ class Options:
     """What the user asked for: the resource, the load, how long to wait, what to keep."""
 
     name: str
-    concurrency: tuple[int, ...]
-    prompts: int
-    input_len: int
-    output_len: int
-    dataset: str = "random"
-    dataset_path: str | None = None
-    seed: int = 0
-    temperature: float = 0.0
+    load: Load
     keep_baseline: bool = False
     load_image: str | None = None
     timeout: int = 3600
@@ -260,11 +253,12 @@ class Session:
         spec = self.resource.get("spec") or {}
         planned = (self.resource.get("status") or {}).get("plan") or {}
         limit = spec.get("maxModelLen") or planned.get("maxModelLen")
-        tokens = self.options.input_len + self.options.output_len
+        load = self.options.load
+        tokens = load.input_len + load.output_len
         if limit and tokens > limit:
             raise BenchError(
                 EXIT_USAGE,
-                f"--input-len {self.options.input_len} + --output-len {self.options.output_len} = "
+                f"--input-len {load.input_len} + --output-len {load.output_len} = "
                 f"{tokens} tokens per request, more than the {limit} that {self.name} serves "
                 "(its maxModelLen)",
             )
@@ -314,25 +308,12 @@ class Session:
         selector = deployment["spec"]["selector"]["matchLabels"]
         return self._watch_pod("baseline", selector, EXIT_BASELINE, ready=True)
 
-    def measure(
-        self, speculative_pod: dict[str, Any], baseline_pod: dict[str, Any]
-    ) -> tuple[str, dict[str, Any]]:
-        """Run the load Job to the end; (its log, the load it ran)."""
+    def measure(self, speculative_pod: dict[str, Any], baseline_pod: dict[str, Any]) -> str:
+        """Run the load Job to the end; its log."""
         engine = self.deployment["metadata"]["labels"][children.ENGINE_LABEL]
         status = self.resource.get("status") or {}
         spec = self.resource.get("spec") or {}
-        load = Load(
-            model=spec.get("servedModelName") or status["verifier"],
-            tokenizer=status["verifier"],
-            concurrencies=self.options.concurrency,
-            prompts=self.options.prompts,
-            input_len=self.options.input_len,
-            output_len=self.options.output_len,
-            dataset=self.options.dataset,
-            dataset_path=self.options.dataset_path,
-            seed=self.options.seed,
-            temperature=self.options.temperature,
-        )
+        load = self.options.load
         port = next(
             p["containerPort"]
             for c in speculative_pod["spec"]["containers"]
@@ -343,6 +324,8 @@ class Session:
         driver_plan = plan(
             load,
             engine,
+            spec.get("servedModelName") or status["verifier"],
+            status["verifier"],
             f"http://{speculative_pod['status']['podIP']}:{port}",
             f"http://{baseline_pod['status']['podIP']}:{port}",
         )
@@ -368,11 +351,7 @@ class Session:
         if pod["status"]["phase"] != "Succeeded":
             tail = "\n".join(log.splitlines()[-25:])
             raise BenchError(EXIT_LOAD, f"the load Job failed; the end of its log:\n{tail}")
-        return log, {
-            "concurrency": list(load.concurrencies), "prompts": load.prompts, "inputLen": load.input_len,
-            "outputLen": load.output_len, "dataset": load.dataset, "seed": load.seed,
-            "temperature": load.temperature,
-        }  # fmt: skip
+        return log
 
     def record(self, summary: str, event: tuple[str, str, str]) -> None:
         """The summary annotation on the resource, and the Event."""
@@ -401,7 +380,7 @@ class Session:
         say("removed the run's Jobs" + ("" if self.options.keep_baseline else " and the baseline"))
         self.run_job = None
 
-    def report(self, comparison: Comparison, load: dict[str, Any]) -> dict[str, Any]:
+    def report(self, comparison: Comparison) -> dict[str, Any]:
         """The JSON report: the resource, what was compared, the load, and the comparison."""
         status = self.resource.get("status") or {}
         planned = status.get("plan") or {}
@@ -418,6 +397,6 @@ class Session:
             "gpuProduct": planned.get("gpuProduct"),
             "gpusPerReplica": planned.get("gpusPerReplica"),
             "baseline": {"name": manifests.baseline_name(self.name), "kept": self.options.keep_baseline},
-            "load": load,
+            "load": self.options.load.describe(),
             **comparison.to_json(),
         }

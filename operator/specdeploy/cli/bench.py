@@ -105,14 +105,20 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specdeploy.benchmark import ResultsError, compare, report
+    from specdeploy.benchmark import Load, ResultsError, compare, report
     from specdeploy.benchmark.session import EXIT_INTERRUPTED, EXIT_LOAD, BenchError, Options, Session, say
     from specdeploy.controller.kube import KubeClient, load_config
 
     load_config()
-    fields = ("name", "concurrency", "prompts", "input_len", "output_len", "dataset", "dataset_path", "seed",
-              "temperature", "keep_baseline", "load_image", "timeout", "schedule_timeout")  # fmt: skip
-    options = Options(**{field: getattr(args, field) for field in fields})
+    load = Load(
+        concurrencies=args.concurrency, prompts=args.prompts, input_len=args.input_len,
+        output_len=args.output_len, dataset=args.dataset, dataset_path=args.dataset_path, seed=args.seed,
+        temperature=args.temperature,
+    )  # fmt: skip
+    options = Options(
+        name=args.name, load=load, keep_baseline=args.keep_baseline, load_image=args.load_image,
+        timeout=args.timeout, schedule_timeout=args.schedule_timeout,
+    )  # fmt: skip
     session = Session(
         KubeClient(field_manager="specdeploy-bench"), args.namespace or _context_namespace(), options
     )
@@ -120,13 +126,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         speculative_pod = session.start()
         baseline_pod = session.start_baseline()
-        log, load = session.measure(speculative_pod, baseline_pod)
+        log = session.measure(speculative_pod, baseline_pod)
         engine = (session.resource.get("status") or {}).get("engine", "vllm")
         try:
             comparison = compare(log, engine, args.concurrency)
         except ResultsError as exc:
             raise BenchError(EXIT_LOAD, str(exc)) from exc
-        body = session.report(comparison, load)
+        body = session.report(comparison)
         print(json.dumps(body, indent=2) if args.output == "json" else report.table(comparison), flush=True)
         if args.plot is not None:
             from specdeploy.benchmark.plot import plot
@@ -137,7 +143,8 @@ def run(args: argparse.Namespace) -> int:
             )
             plot(comparison, title, args.plot)
             say(f"plot written to {args.plot}")
-        session.record(report.summary(comparison, datetime.now(UTC), load), report.event(comparison))
+        summary = report.summary(comparison, datetime.now(UTC), load.describe())
+        session.record(summary, report.event(comparison))
         return 0
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
