@@ -104,7 +104,7 @@ class Session:
         return [self._dict(pod) for pod in found.items]
 
     def _resource(self) -> dict[str, Any]:
-
+        """The SpeculativeDeployment; BenchError naming the namespace looked in when there is none."""
         try:
             body: Any = self.kube.custom.get_namespaced_custom_object(
                 api.GROUP, api.VERSION, self.namespace, api.PLURAL, self.name
