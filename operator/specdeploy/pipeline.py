@@ -8,6 +8,7 @@ lands in status. The operator and ``specdeploy render`` both call :func:`compute
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
@@ -16,10 +17,25 @@ from pydantic import ValidationError
 
 from specdeploy import api, children, engines, pairing, planning
 from specdeploy.api import Condition
-from specdeploy.modelinfo import ModelResolver, ModelUnavailable
+from specdeploy.modelinfo import ModelResolver, ModelUnavailable, config_problem
 
 ConfigMapReader = Callable[[str, str], dict[str, str] | None]
-SecretReader = Callable[[str, str, str], str | None]
+# The raw bytes of one key of a Secret (None when the Secret or the key is missing).
+SecretReader = Callable[[str, str, str], bytes | None]
+CONFIG_MAP_FIELD = "spec.pairing.metadataConfigMap"
+TOKEN_FIELD = "spec.modelAccess.tokenSecretRef"
+
+log = logging.getLogger(__name__)
+
+
+class ReadFailed(Exception):
+    """A reader could not read an object the resource names (the apiserver refused or failed);
+    the message says how, in one line, for a condition."""
+
+
+class Unreachable(Exception):
+    """A reader could not reach the apiserver at all: the whole pass fails and is retried (no
+    status can be written either)."""
 
 
 @dataclass(frozen=True)
@@ -92,8 +108,8 @@ def compute(
         resolved = _verified_pair(
             spec,
             resolver,
-            _overrides(spec, namespace, read_configmap),
-            _token(spec, namespace, read_secret),
+            _overrides(spec, namespace, read_configmap, progress),
+            _token(spec, namespace, read_secret, progress),
             progress,
         )
         effective = pairing.effective_spec(spec, resolved)
@@ -101,9 +117,24 @@ def compute(
         plan = _planned(effective, resolved, inventory, progress)
         effective = _with_plan(effective, plan)
         _check_engine_rules(effective, progress)
+        return _with_children(body, effective, plan, progress)
     except _Blocked as blocked:
         return blocked.desired
-    return _with_children(body, effective, plan, progress)
+    except Unreachable:
+        raise
+    except Exception as exc:
+        # The pipeline's boundary: whatever input got past the stages' own checks blocks this
+        # resource with a condition (and a retry) instead of failing every pass without one.
+        log.exception("the pipeline failed on %s/%s", namespace, meta.get("name"))
+        message = f"internal error ({type(exc).__name__}: {exc}); the operator log has the traceback"
+        return Desired(
+            blocked=True,
+            conditions=progress.conditions,
+            reason="InternalError",
+            message=message,
+            status=api.SpeculativeDeploymentStatus(**progress.fields),
+            retry=True,
+        )
 
 
 def _parsed(body: dict[str, Any], progress: _Progress) -> api.SpeculativeDeploymentSpec:
@@ -198,25 +229,75 @@ def _with_children(
 
 
 def _token(
-    spec: api.SpeculativeDeploymentSpec, namespace: str, read_secret: SecretReader | None
+    spec: api.SpeculativeDeploymentSpec, namespace: str, read_secret: SecretReader | None, progress: _Progress
 ) -> str | None:
+    """The hub token the resource names, stripped; a Secret that cannot give one blocks the pass.
+
+    The pods read the same key (a missing one keeps them from starting), so the check waits for
+    it too. No message carries any part of the value."""
     ref = spec.model_access.token_secret_ref
     if ref is None or read_secret is None:
         return None
-    return read_secret(namespace, ref.name, ref.key)
+    field_ = f"{TOKEN_FIELD} ({namespace}/{ref.name}, key {ref.key})"
+    try:
+        raw = read_secret(namespace, ref.name, ref.key)
+    except ReadFailed as exc:
+        _unknown(progress, "TokenSecretUnreadable", f"{field_}: cannot read the Secret: {exc}")
+    if raw is None:
+        _unknown(progress, "TokenSecretNotFound", f"{field_}: the Secret or its key does not exist")
+    try:
+        token = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        token = ""
+    if not token or not token.isprintable():
+        _unknown(progress, "InvalidTokenSecret", f"{field_}: the value is not a printable text token")
+    return token
 
 
 def _overrides(
-    spec: api.SpeculativeDeploymentSpec, namespace: str, read_configmap: ConfigMapReader | None
+    spec: api.SpeculativeDeploymentSpec,
+    namespace: str,
+    read_configmap: ConfigMapReader | None,
+    progress: _Progress,
 ) -> dict[str, dict[str, Any]]:
-    """verifier.json / speculator.json from the ConfigMap the resource names, parsed."""
+    """verifier.json / speculator.json from the ConfigMap the resource names, parsed and checked.
+
+    The operator does not watch ConfigMaps: a missing or broken one blocks with a retry, so the
+    fixed ConfigMap is read on a later pass."""
     name = spec.pairing.metadata_config_map
     if not name or read_configmap is None:
         return {}
-    data = read_configmap(namespace, name) or {}
+    field_ = f"{CONFIG_MAP_FIELD} ({namespace}/{name})"
+    try:
+        data = read_configmap(namespace, name)
+    except ReadFailed as exc:
+        _unknown(progress, "MetadataConfigMapUnreadable", f"{field_}: cannot read the ConfigMap: {exc}")
+    if data is None:
+        _unknown(progress, "MetadataConfigMapNotFound", f"{field_}: the ConfigMap does not exist")
     parsed: dict[str, dict[str, Any]] = {}
     for role in ("verifier", "speculator"):
-        text = data.get(f"{role}.json")
-        if text:
-            parsed[role] = json.loads(text)
+        key = f"{role}.json"
+        if key not in data:
+            continue
+        try:
+            config: Any = json.loads(data[key])
+        except ValueError as exc:
+            problem: str | None = f"is not valid JSON ({exc})"
+        else:
+            problem = config_problem(config)
+        if problem is not None:
+            message = f"{field_}, key {key}: {problem}"
+            progress.condition(api.PAIRING_VERIFIED, "False", "InvalidMetadataConfigMap", message)
+            progress.block("InvalidMetadataConfigMap", message, retry=True)
+        parsed[role] = config
+    if not parsed:
+        message = f"{field_}: has neither verifier.json nor speculator.json"
+        progress.condition(api.PAIRING_VERIFIED, "False", "InvalidMetadataConfigMap", message)
+        progress.block("InvalidMetadataConfigMap", message, retry=True)
     return parsed
+
+
+def _unknown(progress: _Progress, reason: str, message: str) -> NoReturn:
+    """An input the pairing check needs is not there (yet): PairingVerified Unknown, retried."""
+    progress.condition(api.PAIRING_VERIFIED, "Unknown", reason, message)
+    progress.block(reason, message, retry=True)

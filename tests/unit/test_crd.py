@@ -61,7 +61,7 @@ def test_defaults_ranges_enums_and_cel_rules() -> None:
     tokens = props["speculator"]["properties"]["numSpeculativeTokens"]
     assert (tokens["minimum"], tokens["maximum"]) == (1, 16)
     utilization = props["gpuMemoryUtilization"]
-    assert utilization["exclusiveMinimum"] is True and utilization["maximum"] == 1
+    assert (utilization["minimum"], utilization["maximum"]) == (0.01, 1)
     tensor = props["parallelism"]["properties"]["tensor"]
     assert tensor["x-kubernetes-int-or-string"] is True and "type" not in tensor
     assert tensor["default"] == "auto"

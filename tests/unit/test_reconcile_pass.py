@@ -119,7 +119,7 @@ class FakeKube:
         self.reads.append(("configmap", namespace, name))
         return None
 
-    def read_secret(self, namespace: str, name: str, key: str) -> str | None:
+    def read_secret(self, namespace: str, name: str, key: str) -> bytes | None:
         self.reads.append(("secret", namespace, name, key))
         return None
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from specdeploy.api.base import GPU_RESOURCE, ApiModel, EngineName, cel
 
@@ -199,6 +199,17 @@ class Parallelism(ApiModel):
         le=4096,
         description="KV cache the plan reserves: this many sequences of maxModelLen tokens per replica.",
     )
+
+    @field_validator("tensor", mode="before")
+    @classmethod
+    def _tensor_size(cls, value: Any) -> Any:
+        """For specs that did not come through the apiserver's CEL rule (``specdeploy plan``,
+        ``render``): any positive size reaches the planner, which explains why 3 does not
+        shard; 0, negatives and a JSON true (which pydantic would take for 1) do not."""
+        if value == "auto" or (type(value) is int and value >= 1):
+            return value
+        raise ValueError("parallelism.tensor must be auto or a positive integer")
+
 
 
 class SecretKeyRef(ApiModel):
@@ -397,7 +408,10 @@ class SpeculativeDeploymentSpec(ApiModel):
         description="Maximum context length (tokens). Default: the model's.",
     )
     gpu_memory_utilization: float = Field(
-        default=0.9, gt=0, le=1, description="Fraction of each GPU's memory the engine may use."
+        default=0.9,
+        ge=0.01,
+        le=1,
+        description="Fraction of each GPU's memory the engine may use (at least 0.01).",
     )
     served_model_name: str | None = Field(
         default=None, max_length=256, description="Model name clients send. Default: the verifier id."

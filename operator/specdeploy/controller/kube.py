@@ -9,10 +9,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from specdeploy import __version__, api
+from specdeploy.pipeline import ReadFailed, Unreachable
 
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 # An Event's message is meant for a person at a terminal; the apiserver's own limit is 1 KiB.
@@ -127,22 +129,25 @@ class KubeClient:
             log.warning("could not post event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], exc)
 
     def read_configmap(self, namespace: str, name: str) -> dict[str, str] | None:
-        """Data of a ConfigMap, or None when it does not exist."""
+        """Data of a ConfigMap, or None when it does not exist (ReadFailed on any other refusal)."""
         cm = _unless_missing(self.core.read_namespaced_config_map, name, namespace)
         return None if cm is None else dict(cm.data or {})
 
-    def read_secret(self, namespace: str, name: str, key: str) -> str | None:
-        """One key of a Secret, decoded; None when the Secret or the key is missing."""
+    def read_secret(self, namespace: str, name: str, key: str) -> bytes | None:
+        """One key of a Secret, decoded from base64; None when the Secret or the key is missing."""
         secret = _unless_missing(self.core.read_namespaced_secret, name, namespace)
         value = None if secret is None else (secret.data or {}).get(key)
-        return base64.b64decode(value).decode() if value else None
+        return base64.b64decode(value) if value is not None else None
 
 
 def _unless_missing(read: Callable[[str, str], Any], name: str, namespace: str) -> Any:
-    """The object ``read`` returns, or None on 404 (other API errors propagate)."""
+    """The object ``read`` returns, None on 404, ReadFailed (one line, for a condition) on any
+    other API answer, Unreachable when the apiserver does not answer (the pass is retried)."""
     try:
         return read(name, namespace)
+    except urllib3.exceptions.HTTPError as exc:
+        raise Unreachable(f"the apiserver did not answer: {exc}") from exc
     except ApiException as exc:
         if exc.status == 404:
             return None
-        raise
+        raise ReadFailed(f"HTTP {exc.status} {exc.reason}") from exc

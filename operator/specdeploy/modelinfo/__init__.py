@@ -10,6 +10,7 @@ from specdeploy.modelinfo.info import (
     ModelInfo,
     ModelUnavailable,
     UnavailableReason,
+    config_problem,
     info_from_config,
     model_key,
 )
@@ -22,6 +23,7 @@ __all__ = [
     "ModelUnavailable",
     "RetryPolicy",
     "UnavailableReason",
+    "config_problem",
     "info_from_config",
     "model_key",
 ]

@@ -74,14 +74,21 @@ def info_from_config(
     return ModelInfo(model_id=model_id, revision=revision, config=_checked(model_id, config), source=source)
 
 
+def config_problem(config: object) -> str | None:
+    """What keeps ``config`` from being a config.json every later stage can read (None: nothing)."""
+    if not isinstance(config, dict):
+        return "is not a JSON object"
+    if not config.get("architectures") and not config.get("model_type"):
+        return "has neither architectures nor model_type"
+    return None
+
+
 def _checked(model_id: str, config: object) -> dict[str, Any]:
     """``config`` if it is a config.json every later stage can read, else InvalidConfig."""
-    if not isinstance(config, dict):
-        raise ModelUnavailable("InvalidConfig", model_id, f"config.json of {model_id} is not a JSON object")
-    if not config.get("architectures") and not config.get("model_type"):
-        raise ModelUnavailable(
-            "InvalidConfig", model_id, f"config.json of {model_id} has neither architectures nor model_type"
-        )
+    problem = config_problem(config)
+    if problem is not None:
+        raise ModelUnavailable("InvalidConfig", model_id, f"config.json of {model_id} {problem}")
+    assert isinstance(config, dict)
     return config
 
 

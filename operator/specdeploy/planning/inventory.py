@@ -112,11 +112,13 @@ class Inventory:
         return "\n".join(lines) if lines else "no schedulable GPU nodes"
 
 
-def _int_or_none(value: Any) -> int | None:
+def _positive_int(value: Any) -> int | None:
+    """A count or size from a label or quantity string; None unless it is a whole number above 0."""
     try:
-        return int(str(value))
+        number = int(str(value))
     except (TypeError, ValueError):
         return None
+    return number if number > 0 else None
 
 
 def _schedulable(node: Mapping[str, Any]) -> bool:
@@ -177,11 +179,11 @@ def inventory_from_nodes(nodes: Iterable[Mapping[str, Any]]) -> Inventory:
         labels = metadata.get("labels") or {}
         status = node.get("status") or {}
         allocatable = (status.get("allocatable") or {}).get(GPU_RESOURCE)
-        gpus = _int_or_none(allocatable) if allocatable is not None else _int_or_none(labels.get(COUNT_LABEL))
-        if not gpus or gpus < 1:
+        gpus = _positive_int(allocatable if allocatable is not None else labels.get(COUNT_LABEL))
+        if gpus is None:
             continue
         product = labels.get(PRODUCT_LABEL) or "unknown"
-        memory_mib = _int_or_none(labels.get(MEMORY_LABEL))
+        memory_mib = _positive_int(labels.get(MEMORY_LABEL))
         if memory_mib is None:
             gpu = lookup_gpu(product)
             memory_mib = gpu.memory_mib if gpu else None

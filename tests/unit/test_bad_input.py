@@ -1,0 +1,250 @@
+"""Bad input never breaks a reconcile: every object the pipeline reads, malformed, becomes a
+condition naming the field, and a fuzz over generated specs, ConfigMaps, Secrets and node labels
+finds no input that reaches the pipeline's internal-error boundary."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fuzzlib import any_spec, configmap_data, example_spec, node_labels, secret_values
+from specdeploy import api, pipeline
+from specdeploy.controller import admission
+from specdeploy.modelinfo import ModelResolver, RetryPolicy
+from specdeploy.planning import inventory_from_nodes
+from specdeploy.sandbox.nodes import gpu_node, node_manifest
+
+NAMESPACE = "team"
+H100 = "NVIDIA-H100-80GB-HBM3"
+
+
+@contextmanager
+def no_network() -> Iterator[None]:
+    """Every connection refused at once: a Hub lookup fails as an unreachable Hub would."""
+
+    def refuse(*_: object, **__: object) -> None:
+        raise ConnectionRefusedError("no network in unit tests")
+
+    with (
+        mock.patch.object(socket.socket, "connect", refuse),
+        mock.patch.object(socket, "getaddrinfo", refuse),
+    ):
+        yield
+
+
+@pytest.fixture
+def resolver(tmp_path: Path) -> ModelResolver:
+    return ModelResolver(cache_dir=tmp_path, retry=RetryPolicy(attempts=1), sleep=lambda _: None)
+
+
+def body(spec: dict[str, Any] | None = None, **changes: Any) -> dict[str, Any]:
+    spec = spec if spec is not None else example_spec()
+    spec.update(changes)
+    return {
+        "apiVersion": api.API_VERSION,
+        "kind": api.KIND,
+        "metadata": {"name": "pair", "namespace": NAMESPACE, "uid": "u-1", "generation": 1},
+        "spec": spec,
+    }
+
+
+def h100s() -> Any:
+    return inventory_from_nodes([node_manifest(gpu_node("gpu-0", H100, 8))])
+
+
+def conditions(desired: pipeline.Desired) -> dict[str, tuple[str, str, str]]:
+    return {c.type: (c.status, c.reason, c.message) for c in desired.conditions}
+
+
+def with_configmap(data: dict[str, str] | None) -> pipeline.ConfigMapReader:
+    return lambda namespace, name: data
+
+
+def test_a_configmap_that_is_not_json_is_a_condition_naming_field_and_key(resolver: ModelResolver) -> None:
+    cm = with_configmap({"speculator.json": "{not json"})
+    desired = pipeline.compute(body(pairing={"metadataConfigMap": "meta"}), resolver, h100s(), cm)
+    assert desired.blocked and desired.retry and desired.deployment is None
+    status, reason, message = conditions(desired)[api.PAIRING_VERIFIED]
+    assert (status, reason) == ("False", "InvalidMetadataConfigMap")
+    assert message.startswith(
+        "spec.pairing.metadataConfigMap (team/meta), key speculator.json: is not valid JSON"
+    )
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        ({"verifier.json": "[1, 2]"}, "key verifier.json: is not a JSON object"),
+        ({"speculator.json": '{"hidden_size": 4096}'}, "has neither architectures nor model_type"),
+        ({"config.json": "{}"}, "has neither verifier.json nor speculator.json"),
+        ({}, "has neither verifier.json nor speculator.json"),
+    ],
+    ids=["not-an-object", "no-architectures", "wrong-key", "empty"],
+)
+def test_a_configmap_of_the_wrong_shape_is_a_condition(
+    resolver: ModelResolver, data: dict[str, str], problem: str
+) -> None:
+    desired = pipeline.compute(
+        body(pairing={"metadataConfigMap": "meta"}), resolver, h100s(), with_configmap(data)
+    )
+    status, reason, message = conditions(desired)[api.PAIRING_VERIFIED]
+    assert (status, reason) == ("False", "InvalidMetadataConfigMap")
+    assert problem in message and "spec.pairing.metadataConfigMap" in message
+    assert desired.blocked and desired.retry
+
+
+def test_a_missing_or_unreadable_configmap_is_unknown_and_retried(resolver: ModelResolver) -> None:
+    missing = pipeline.compute(
+        body(pairing={"metadataConfigMap": "meta"}), resolver, h100s(), with_configmap(None)
+    )
+    assert conditions(missing)[api.PAIRING_VERIFIED][:2] == ("Unknown", "MetadataConfigMapNotFound")
+    assert missing.retry and missing.blocked
+
+    def forbidden(namespace: str, name: str) -> dict[str, str]:
+        raise pipeline.ReadFailed("HTTP 403 Forbidden")
+
+    refused = pipeline.compute(body(pairing={"metadataConfigMap": "meta"}), resolver, h100s(), forbidden)
+    status, reason, message = conditions(refused)[api.PAIRING_VERIFIED]
+    assert (status, reason) == ("Unknown", "MetadataConfigMapUnreadable")
+    assert "HTTP 403 Forbidden" in message and "spec.pairing.metadataConfigMap" in message
+
+
+def test_an_unreachable_apiserver_fails_the_pass_instead_of_writing_a_condition(
+    resolver: ModelResolver,
+) -> None:
+    def down(namespace: str, name: str) -> dict[str, str]:
+        raise pipeline.Unreachable("connection refused")
+
+    with pytest.raises(pipeline.Unreachable):
+        pipeline.compute(body(pairing={"metadataConfigMap": "meta"}), resolver, h100s(), down)
+
+
+class RecordingResolver(ModelResolver):
+    """The real resolver (catalog answers), remembering the tokens it was given."""
+
+    def __init__(self) -> None:
+        super().__init__(retry=RetryPolicy(attempts=1), sleep=lambda _: None)
+        self.tokens: list[str | None] = []
+
+    def resolve(self, model: str, revision: str | None = None, **kwargs: Any) -> Any:
+        self.tokens.append(kwargs.get("token"))
+        return super().resolve(model, revision, **kwargs)
+
+
+TOKEN_SPEC = {"tokenSecretRef": {"name": "hf", "key": "token"}}
+
+
+def test_a_token_with_a_trailing_newline_is_used_stripped() -> None:
+    resolver = RecordingResolver()
+    desired = pipeline.compute(
+        body(modelAccess=TOKEN_SPEC), resolver, h100s(), read_secret=lambda *_: b"hf_abc123\n"
+    )
+    assert not desired.blocked, desired.message
+    assert resolver.tokens and set(resolver.tokens) == {"hf_abc123"}
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (None, "TokenSecretNotFound"),
+        (b"\xff\xfehf_qz7wv", "InvalidTokenSecret"),
+        (b"hf_qz\x077wv", "InvalidTokenSecret"),
+        (b"  \n", "InvalidTokenSecret"),
+    ],
+    ids=["missing", "not-utf8", "control-character", "blank"],
+)
+def test_a_token_secret_that_gives_no_token_is_a_condition_without_the_value(
+    resolver: ModelResolver, value: bytes | None, reason: str
+) -> None:
+    desired = pipeline.compute(body(modelAccess=TOKEN_SPEC), resolver, h100s(), read_secret=lambda *_: value)
+    status, got, message = conditions(desired)[api.PAIRING_VERIFIED]
+    assert (status, got) == ("Unknown", reason)
+    assert "spec.modelAccess.tokenSecretRef (team/hf, key token)" in message
+    assert "qz" not in message and "7wv" not in message and "xff" not in message
+    assert desired.blocked and desired.retry and desired.deployment is None
+
+
+def test_a_negative_or_zero_memory_label_counts_as_no_label() -> None:
+    nodes = []
+    for index, memory in enumerate(("-81559", "0", "abc")):
+        manifest = node_manifest(gpu_node(f"gpu-{index}", "acme-gpu", 8, gpu_memory_mib=1))
+        manifest["metadata"]["labels"]["nvidia.com/gpu.memory"] = memory
+        nodes.append(manifest)
+    assert {n.memory_mib for n in inventory_from_nodes(nodes).nodes} == {None}
+
+
+def test_a_bug_anywhere_in_the_pipeline_becomes_a_retried_condition(resolver: ModelResolver) -> None:
+    with mock.patch.object(resolver, "resolve", side_effect=KeyError("num_hidden_layers")):
+        desired = pipeline.compute(body(), resolver, h100s())
+    assert desired.blocked and desired.retry and desired.reason == "InternalError"
+    assert "KeyError" in desired.message and "num_hidden_layers" in desired.message
+
+
+def _nodes(labels: list[dict[str, str]], allocatable: list[str]) -> list[dict[str, Any]]:
+    nodes = []
+    for index, (extra, gpus) in enumerate(zip(labels, allocatable, strict=False)):
+        manifest = node_manifest(gpu_node(f"fuzz-{index}", H100, 8))
+        manifest["metadata"]["labels"].update(extra)
+        manifest["status"]["allocatable"]["nvidia.com/gpu"] = gpus
+        nodes.append(manifest)
+    return nodes
+
+
+# CI's count; SPECDEPLOY_FUZZ_EXAMPLES=5000 for a longer search.
+FUZZ_EXAMPLES = int(os.environ.get("SPECDEPLOY_FUZZ_EXAMPLES", "400"))
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    spec=any_spec(),
+    configmap=st.none() | configmap_data(),
+    secret=st.none() | secret_values(),
+    labels=st.lists(node_labels(), max_size=3),
+    allocatable=st.lists(st.sampled_from(["8", "0", "-2", "1k", "x", "4"]), min_size=3, max_size=3),
+)
+def test_no_input_reaches_the_internal_error_boundary(
+    spec: dict[str, Any],
+    configmap: dict[str, str] | None,
+    secret: bytes | None,
+    labels: list[dict[str, str]],
+    allocatable: list[str],
+) -> None:
+    spec = json.loads(json.dumps(spec))
+    if isinstance(spec.get("pairing"), dict) and configmap is not None:
+        spec["pairing"]["metadataConfigMap"] = "meta"
+    resolver = ModelResolver(retry=RetryPolicy(attempts=1), sleep=lambda _: None, negative_ttl=0)
+    with no_network():
+        desired = pipeline.compute(
+            body(spec),
+            resolver,
+            inventory_from_nodes(_nodes(labels, allocatable)),
+            with_configmap(configmap),
+            lambda *_: secret,
+        )
+    assert desired.reason != "InternalError", desired.message
+    if desired.blocked:
+        assert desired.reason and desired.message
+        assert desired.deployment is None and desired.service is None
+    else:
+        assert desired.deployment is not None and desired.service is not None
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(spec=any_spec())
+def test_the_webhook_review_answers_every_spec(spec: dict[str, Any]) -> None:
+    """A raise in the webhook is an HTTP 500 the apiserver ignores (failurePolicy Ignore): the
+    rejection it should have given would be lost."""
+    resolver = ModelResolver(retry=RetryPolicy(attempts=1), sleep=lambda _: None)
+    with no_network():
+        answer = admission.review(body(json.loads(json.dumps(spec))), resolver)
+    assert answer is None or (isinstance(answer, str) and answer)
