@@ -39,7 +39,7 @@ def operator(
             cluster.kubeconfig,
             workdir / "operator.log",
             workdir / "tls",
-            extra_args=("--acceptance-interval", str(READ_INTERVAL_S)),
+            extra_args=("--acceptance-interval", str(READ_INTERVAL_S), "--read-token-secrets"),
         )
     except SandboxError as exc:
         pytest.fail(str(exc))

@@ -308,10 +308,11 @@ def test_unchanged_resource_reconciles_with_zero_writes(
     assert writes == [], [(w["verb"], w["objectRef"]) for w in writes]
 
 
-def test_a_rejected_write_is_retried_with_backoff(
+def test_a_refused_child_is_a_condition_and_retried_until_it_is_admitted(
     kubectl: Kubectl, namespace: str, wait_for: WaitFor, operator: LocalOperator
 ) -> None:
-    """A quota forbids the Service: the reconcile fails, is retried, and converges once lifted."""
+    """A quota forbids the Service: the apiserver's refusal lands in status, the pass is retried,
+    and the resource converges once the quota is lifted."""
     quota = {
         "apiVersion": "v1",
         "kind": "ResourceQuota",
@@ -319,9 +320,17 @@ def test_a_rejected_write_is_retried_with_backoff(
         "spec": {"hard": {"services": "0"}},
     }
     kubectl("apply", "-f", "-", input=json.dumps(quota), namespace=namespace)
-    errors_before = _reconciles(operator, "error")
+    retries_before = _reconciles(operator, "retry")
     apply(kubectl, namespace, example())
-    wait_for(lambda: _reconciles(operator, "error") > errors_before, 30, "a failed reconcile")
+
+    def refused() -> dict[str, Any] | None:
+        cond = condition(get(kubectl, namespace, "sdep", "qwen3-30b-a3b-eagle3"), "Degraded")
+        return cond if cond and cond["reason"] == "ChildRejected" else None
+
+    cond = wait_for(refused, 30, "Degraded=True ChildRejected")
+    assert cond["status"] == "True"
+    assert "the apiserver refused the Service" in cond["message"] and "exceeded quota" in cond["message"]
+    wait_for(lambda: _reconciles(operator, "retry") > retries_before, 30, "a pass counted as retry")
     assert kubectl.run("get", "service", "qwen3-30b-a3b-eagle3", namespace=namespace).returncode != 0
     assert operator.process.poll() is None
     kubectl("delete", "resourcequota", "no-services", namespace=namespace)

@@ -26,6 +26,7 @@ from prometheus_client import REGISTRY
 from fake_timers import FakeTimers
 from specdeploy import api, pipeline
 from specdeploy.controller import admission, diffing, status
+from specdeploy.controller.kube import Refused
 from specdeploy.controller.pods import PodView
 from specdeploy.controller.reconcile import GpuInventory, Reconciler
 from specdeploy.controller.runtime import RETRY_MIN_SECONDS, Key
@@ -108,8 +109,12 @@ class FakeKube:
     applies: list[dict[str, Any]] = field(default_factory=list)
     status_patches: list[tuple[Key, dict[str, Any]]] = field(default_factory=list)
     reads: list[tuple[str, ...]] = field(default_factory=list)
+    # kind -> the message the apiserver refuses that kind's apply with
+    refuse: dict[str, str] = field(default_factory=dict)
 
     def apply(self, manifest: dict[str, Any]) -> None:
+        if manifest["kind"] in self.refuse:
+            raise Refused(self.refuse[manifest["kind"]])
         self.applies.append(copy.deepcopy(manifest))
 
     def patch_status(self, key: Key, patch: dict[str, Any]) -> None:
@@ -366,6 +371,31 @@ def test_first_pass_applies_each_child_once_and_patches_status(harness: Harness)
     assert {e.name for e in harness.events.posted} == {NAME}
     assert harness.events.posted[3].message.startswith("PairingVerified=True: ")
     assert harness.timers.created == [] and harness.kube.reads == []
+
+
+def test_a_child_the_apiserver_refuses_is_a_condition_with_its_message_and_a_retry(
+    harness: Harness,
+) -> None:
+    refusal = (
+        'the apiserver refused the Deployment: Deployment.apps "qwen3-30b-a3b-eagle3" is invalid: '
+        'spec.template.spec.nodeSelector: Invalid value: "": name part must be non-empty'
+    )
+    harness.kube.refuse["Deployment"] = refusal
+    harness.view.add(resource())
+    assert harness.run() == "retry"
+    assert harness.kube.applies == []  # the Service waits for the Deployment
+    ((_, patch),) = harness.kube.status_patches
+    conds = {c["type"]: c for c in patch["conditions"]}
+    assert (conds[api.READY]["status"], conds[api.READY]["reason"]) == ("False", "ChildRejected")
+    assert conds[api.READY]["message"] == refusal
+    assert (conds[api.DEGRADED]["status"], conds[api.DEGRADED]["reason"]) == ("True", "ChildRejected")
+    assert conds[api.PAIRING_VERIFIED]["status"] == "True"
+    assert ("Warning", "ChildRejected") in harness.events.reasons()
+
+    assert [t.delay for t in harness.timers.pending()] == [RETRY_MIN_SECONDS]
+    del harness.kube.refuse["Deployment"]
+    assert harness.run() == "converged"  # what the retry's pass finds once the refusal is gone
+    assert [m["kind"] for m in harness.kube.applies] == ["Deployment", "Service"]
 
 
 def _unstamped(meta: dict[str, Any]) -> dict[str, Any]:

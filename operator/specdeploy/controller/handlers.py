@@ -19,7 +19,7 @@ from specdeploy import api, children
 from specdeploy.controller import admission, kube
 from specdeploy.controller.engine_metrics import EngineMetricsReader, HttpFetch
 from specdeploy.controller.pods import PodView, project
-from specdeploy.controller.reconcile import Reconciler
+from specdeploy.controller.reconcile import IO_THREADS, Reconciler
 from specdeploy.controller.runtime import Key
 from specdeploy.planning.inventory import planner_view
 
@@ -146,7 +146,7 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorMemo, **_: An
             interval=wanted.interval,
             concurrency=wanted.concurrency,
         )
-    client = kube.KubeClient()
+    client = kube.KubeClient(connections=IO_THREADS)
     memo.reconciler = Reconciler(
         client, client.post_event, read_secrets=memo.read_secrets, engine_metrics=reader
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import json
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -25,6 +26,25 @@ FIELD_MANAGER = "specdeploy"
 log = logging.getLogger(__name__)
 
 
+# Answers to a write that name a problem with the object itself (invalid, refused by an admission
+# policy, over a quota): retrying the same write cannot succeed until something changes.
+REFUSED_STATUSES = (400, 403, 422)
+
+
+class Refused(Exception):
+    """The apiserver refused a child as written; the message is its own, naming the field."""
+
+
+def refusal_message(exc: ApiException) -> str:
+    """The message of the Status an API error carries (the HTTP reason when it has none)."""
+    try:
+        status = json.loads(exc.body or "{}")
+    except ValueError:
+        status = {}
+    message = status.get("message") if isinstance(status, dict) else None
+    return str(message or f"HTTP {exc.status} {exc.reason}")
+
+
 def load_config() -> None:
     """In-cluster credentials when running as a pod, else the current kubeconfig."""
     try:
@@ -40,12 +60,17 @@ class KubeClient:
     (about 25 MiB), which an operator with nothing to write never needs.
     """
 
-    def __init__(self, field_manager: str = FIELD_MANAGER) -> None:
+    def __init__(self, field_manager: str = FIELD_MANAGER, connections: int = 10) -> None:
         self.field_manager = field_manager
+        self.connections = connections
 
     @functools.cached_property
     def api_client(self) -> client.ApiClient:
-        api_client = client.ApiClient()
+        # One pooled connection per thread that calls the API: with fewer, urllib3 discards (and
+        # reopens) a TLS connection for every call beyond the pool in a burst.
+        configuration = client.Configuration.get_default_copy()
+        configuration.connection_pool_maxsize = self.connections
+        api_client = client.ApiClient(configuration)
         api_client.user_agent = USER_AGENT
         return api_client
 
@@ -77,14 +102,19 @@ class KubeClient:
             "force": True,
             "_content_type": APPLY_CONTENT_TYPE,
         }
-        if kind == "Deployment":
-            self.apps.patch_namespaced_deployment(**kwargs)
-        elif kind == "Service":
-            self.core.patch_namespaced_service(**kwargs)
-        elif kind == "Job":
-            self.batch.patch_namespaced_job(**kwargs)
-        else:
+        patch = {
+            "Deployment": self.apps.patch_namespaced_deployment,
+            "Service": self.core.patch_namespaced_service,
+            "Job": self.batch.patch_namespaced_job,
+        }.get(kind)
+        if patch is None:
             raise ValueError(f"no apply for kind {kind}")
+        try:
+            patch(**kwargs)
+        except ApiException as exc:
+            if exc.status in REFUSED_STATUSES:
+                raise Refused(f"the apiserver refused the {kind}: {refusal_message(exc)}") from exc
+            raise
 
     def patch_status(self, key: tuple[str | None, str], status: dict[str, Any]) -> None:
         namespace, name = key
@@ -150,4 +180,4 @@ def _unless_missing(read: Callable[[str, str], Any], name: str, namespace: str) 
     except ApiException as exc:
         if exc.status == 404:
             return None
-        raise ReadFailed(f"HTTP {exc.status} {exc.reason}") from exc
+        raise ReadFailed(refusal_message(exc)) from exc

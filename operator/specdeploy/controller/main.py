@@ -30,6 +30,24 @@ def apply_hub_endpoint(flag: str | None) -> str | None:
     return default_endpoint()
 
 
+class AdmissionRefusals(logging.Filter):
+    """kopf logs every refusal of the webhook at ERROR ("Webhook 'validate' failed permanently"):
+    an invalid resource from a user, answered to that user, not an operator fault. Kept at INFO
+    with --verbose, dropped otherwise."""
+
+    def __init__(self, verbose: bool) -> None:
+        super().__init__()
+        self.verbose = verbose
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        refusal = message.startswith("Webhook ") and "failed permanently" in message
+        if record.levelno == logging.ERROR and refusal:
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            return self.verbose
+        return True
+
+
 def main(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
@@ -40,6 +58,7 @@ def main(args: argparse.Namespace) -> int:
         # lines a minute on a busy cluster.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
         logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    logging.getLogger("kopf.objects").addFilter(AdmissionRefusals(args.verbose))
     try:
         hub = apply_hub_endpoint(args.hub_endpoint)
     except HubEndpointError as exc:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
@@ -20,7 +21,7 @@ from typing import Any, Protocol, TypeVar
 from specdeploy import api, pipeline
 from specdeploy.controller import diffing, metrics, status
 from specdeploy.controller.engine_metrics import EngineMetricsReader
-from specdeploy.controller.kube import KubeClient
+from specdeploy.controller.kube import KubeClient, Refused
 from specdeploy.controller.pods import FailureMemory, PodView, pod_failure
 from specdeploy.controller.runtime import CallLater, Key, Outcome, WorkQueue, WriteLedger, loop_call_later
 from specdeploy.modelinfo import ModelResolver
@@ -182,9 +183,7 @@ class Reconciler:
         )
         deployment = view.deployment(key)
         if not desired.blocked:
-            for manifest, current in ((desired.deployment, deployment), (desired.service, view.service(key))):
-                if manifest is not None:
-                    await self._apply(key, diffing.stamped(manifest), current)
+            desired = await self._apply_children(key, desired, deployment, view.service(key))
         reading = None if self.engine_metrics is None else self.engine_metrics.reading(key)
         new_status, transitions = status.status_for(body, desired, deployment, view.pods(key), reading)
         metrics.publish_acceptance(key, {**(body.get("status") or {}), **(new_status or {})})
@@ -204,6 +203,26 @@ class Reconciler:
         if desired.retry:
             return "retry"
         return "blocked" if desired.blocked else "converged"
+
+    async def _apply_children(
+        self,
+        key: Key,
+        desired: pipeline.Desired,
+        deployment: dict[str, Any] | None,
+        service: dict[str, Any] | None,
+    ) -> pipeline.Desired:
+        """Apply the children that differ; a child the apiserver refuses as written (invalid,
+        denied by a policy, over quota) blocks the resource with that message and a retry."""
+        for manifest, current in ((desired.deployment, deployment), (desired.service, service)):
+            if manifest is None:
+                continue
+            try:
+                await self._apply(key, diffing.stamped(manifest), current)
+            except Refused as exc:
+                return dataclasses.replace(
+                    desired, blocked=True, reason="ChildRejected", message=str(exc), retry=True
+                )
+        return desired
 
     async def _apply(self, key: Key, want: dict[str, Any], current: dict[str, Any] | None) -> None:
         kind = want["kind"]
