@@ -17,13 +17,13 @@ import pytest
 from clusterlib import Cluster, Kubectl, WaitFor, sandbox_cluster
 
 TESTS_DIR = Path(__file__).parent
-CLUSTER_SUITES = ("integration", "e2e")
+CLUSTER_SUITES = ("integration", "e2e", "faults")
 KUBECONFIG_ENV = "SPECDEPLOY_TEST_KUBECONFIG"
 KUBECTL_ENV = "SPECDEPLOY_KUBECTL"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Everything under tests/integration and tests/e2e needs the cluster: mark it so."""
+    """Everything under tests/integration, tests/e2e and tests/faults needs a cluster: mark it so."""
     for item in items:
         relative = item.path.relative_to(TESTS_DIR) if item.path.is_relative_to(TESTS_DIR) else None
         if relative is not None and relative.parts[0] in CLUSTER_SUITES:

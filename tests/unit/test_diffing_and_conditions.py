@@ -41,6 +41,21 @@ def test_missing_child_is_applied() -> None:
     assert diffing.needs_apply(diffing.stamped(manifest()), None)
 
 
+def test_a_removed_owner_reference_is_repaired_and_an_extra_one_kept() -> None:
+    base = manifest()
+    ours = {"apiVersion": "specdeploy.io/v1alpha1", "kind": "SpeculativeDeployment", "name": "a", "uid": "u1",
+            "controller": True, "blockOwnerDeletion": True}  # fmt: skip
+    base["metadata"]["ownerReferences"] = [ours]
+    want = diffing.stamped(base)
+    stored = as_stored(want)
+    assert not diffing.needs_apply(want, stored)
+    theirs = {"apiVersion": "v1", "kind": "ConfigMap", "name": "keep", "uid": "u2"}
+    stored["metadata"]["ownerReferences"] = [theirs, ours]
+    assert not diffing.needs_apply(want, stored)
+    del stored["metadata"]["ownerReferences"]
+    assert diffing.needs_apply(want, stored)
+
+
 def test_hand_edited_field_is_repaired() -> None:
     want = diffing.stamped(manifest())
     edited = as_stored(want)

@@ -53,9 +53,13 @@ def needs_apply(desired_stamped: dict[str, Any], current: dict[str, Any] | None)
     have = (current.get("metadata", {}).get("annotations") or {}).get(HASH_ANNOTATION)
     if want != have:
         return True
+    meta, current_meta = desired_stamped["metadata"], current.get("metadata", {})
+    current_refs = current_meta.get("ownerReferences") or []
     return not (
         is_subset(desired_stamped.get("spec", {}), current.get("spec", {}))
-        and is_subset(desired_stamped["metadata"].get("labels", {}), current["metadata"].get("labels", {}))
+        and is_subset(meta.get("labels", {}), current_meta.get("labels", {}))
+        # Someone else's extra reference is theirs to keep; a removed one of ours is drift.
+        and all(any(is_subset(ref, have) for have in current_refs) for ref in meta.get("ownerReferences", []))
     )
 
 

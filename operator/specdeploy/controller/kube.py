@@ -35,6 +35,11 @@ class Refused(Exception):
     """The apiserver refused a child as written; the message is its own, naming the field."""
 
 
+class ApiError(Exception):
+    """Any other failed call, in one line (an ApiException's text carries every header): the
+    work queue logs it and retries the pass."""
+
+
 def refusal_message(exc: ApiException) -> str:
     """The message of the Status an API error carries (the HTTP reason when it has none)."""
     try:
@@ -114,15 +119,22 @@ class KubeClient:
         except ApiException as exc:
             if exc.status in REFUSED_STATUSES:
                 raise Refused(f"the apiserver refused the {kind}: {refusal_message(exc)}") from exc
-            raise
+            raise ApiError(f"apply of {kind} {meta['name']}: {refusal_message(exc)}") from exc
 
     def patch_status(self, key: tuple[str | None, str], status: dict[str, Any]) -> None:
         namespace, name = key
         if namespace is None:
             raise ValueError(f"{api.KIND} {name} has no namespace")
-        self.custom.patch_namespaced_custom_object_status(
-            api.GROUP, api.VERSION, namespace, api.PLURAL, name, {"status": status}
-        )
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                api.GROUP, api.VERSION, namespace, api.PLURAL, name, {"status": status}
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                # Deleted since the watch showed it; its DELETED event drops what is held for it.
+                log.debug("%s/%s is gone; its status is not written", namespace, name)
+                return
+            raise ApiError(f"status of {namespace}/{name}: {refusal_message(exc)}") from exc
 
     def post_event(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None:
         """A core/v1 Event on a SpeculativeDeployment (what ``kubectl describe`` lists).
@@ -156,7 +168,8 @@ class KubeClient:
         try:
             self.core.create_namespaced_event(meta["namespace"], event)
         except ApiException as exc:
-            log.warning("could not post event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], exc)
+            where = f"{meta['namespace']}/{meta['name']}"
+            log.warning("could not post event %s on %s: %s", reason, where, refusal_message(exc))
 
     def read_configmap(self, namespace: str, name: str) -> dict[str, str] | None:
         """Data of a ConfigMap, or None when it does not exist (ReadFailed on any other refusal)."""

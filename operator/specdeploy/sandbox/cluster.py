@@ -44,6 +44,7 @@ from specdeploy.sandbox import (
 from specdeploy.sandbox.enginenode.pgids import kill_leftovers
 from specdeploy.sandbox.processes import (
     free_ports,
+    kill_and_wait,
     pid_alive,
     process_start_time,
     rss_mib,
@@ -331,8 +332,49 @@ class Sandbox:
             "port": port,
             "ports": [p for p in (port, *extra_ports) if p],
             "log": str(self.logs / f"{name}.log"),
+            # What ``restart`` starts again (the environment only when it is not this one's).
+            "argv": argv,
+            **({"env": env} if env is not None else {}),
         }
         self._write_state(state)
+
+    def restart(
+        self, name: str, *, kill: bool = False, down_seconds: float = 0.0, timeout: float = 60.0
+    ) -> float:
+        """Stop one control-plane component (SIGTERM, or SIGKILL with ``kill``) and start it again
+        with the same command and ports after ``down_seconds``, as a crash or a node reboot
+        would; returns the seconds from the new start until it answers again (the fault suite).
+        The log so far moves to ``logs/<name>.<N>.log``."""
+        if name not in COMPONENTS:
+            raise SandboxError(f"{name!r} is not a control-plane component: {', '.join(COMPONENTS)}")
+        with self._locked():
+            state = self.read_state()
+            info = (state or {}).get("processes", {}).get(name)
+            if state is None or info is None or "argv" not in info:
+                raise SandboxError(f"sandbox {self.name!r} has no restartable {name}")
+            recorded = [(info["pid"], info.get("start_time"))]
+            if kill:
+                kill_and_wait(recorded, timeout)
+            else:
+                stop_in_tiers([recorded], timeout)
+            busy = wait_ports_free(info["ports"], seconds=timeout)
+            if busy:
+                raise SandboxError(f"{name} left ports {busy} busy")
+            time.sleep(down_seconds)
+            restarts = int(info.get("restarts", 0)) + 1
+            log = Path(info["log"])
+            log.replace(log.with_name(f"{name}.{restarts}.log"))
+            started = time.monotonic()
+            self._spawn(state, name, info["port"], info["argv"], tuple(info["ports"][1:]), info.get("env"))
+            state["processes"][name]["restarts"] = restarts
+            self._write_state(state)
+            port = info["port"]
+            answers: dict[str, Callable[[], bool]] = {
+                "etcd": lambda: self._etcd_healthy(port),
+                "kube-apiserver": lambda: self._api_ready(port),
+            }
+            self._wait(state, started + timeout, f"{name} to answer again", answers.get(name, lambda: True))
+            return time.monotonic() - started
 
     def register_process(self, name: str, pid: int, start_time: str | None, ports: list[int]) -> None:
         """Record a process started outside ``up`` (e.g. the operator) so ``down`` stops it too."""

@@ -135,6 +135,20 @@ def stop_in_tiers(tiers: list[list[Recorded]], timeout: float) -> None:
                 child.wait(timeout=1)
 
 
+def kill_and_wait(processes: list[Recorded], timeout: float) -> None:
+    """SIGKILL at once (a crash, not a shutdown) and wait, bounded, until they are gone."""
+    for pid, _ in processes:
+        _signal(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while any(pid_alive(pid, start) for pid, start in processes) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid, _ in processes:
+        child = _CHILDREN.pop(pid, None)
+        if child is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=1)
+
+
 def _signal(pid: int, signum: int) -> None:
     """Signal the process group each component leads (start_new_session), else just the pid."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
