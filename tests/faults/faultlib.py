@@ -18,6 +18,7 @@ from typing import Any
 
 from kubernetes import client
 
+from clusterlib import metric_samples
 from specdeploy import api, children
 from specdeploy.sandbox.operator_process import LocalOperator, start_operator
 
@@ -174,19 +175,39 @@ def wait_fleet(
 class OperatorUnderFault:
     """``specdeploy run`` as a process this suite kills and starts again; one log for all runs."""
 
-    def __init__(self, kubeconfig: Path, workdir: Path, extra_args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        workdir: Path,
+        extra_args: tuple[str, ...] = (),
+        configure_webhook: bool = True,
+        tls: Path | None = None,
+    ) -> None:
         self.kubeconfig = kubeconfig
+        workdir.mkdir(parents=True, exist_ok=True)
         self.log = workdir / "operator.log"
-        self.tls = workdir / "tls"
+        self.tls = tls or workdir / "tls"
         self.extra_args = extra_args
+        self.configure_webhook = configure_webhook
         self.running: LocalOperator | None = None
         self.starts = 0
 
     def start(self) -> LocalOperator:
         assert self.running is None or self.running.process.poll() is not None, "already running"
-        self.running = start_operator(self.kubeconfig, self.log, self.tls, extra_args=self.extra_args)
+        self.running = start_operator(
+            self.kubeconfig,
+            self.log,
+            self.tls,
+            extra_args=self.extra_args,
+            configure_webhook=self.configure_webhook,
+        )
         self.starts += 1
         return self.running
+
+    def metric(self, name: str) -> float:
+        """The sum of a sample of this process's /metrics (0 when it has none)."""
+        assert self.running is not None
+        return sum(value for _, value in metric_samples(self.running.metrics_url, name))
 
     def kill(self) -> None:
         """SIGKILL: no shutdown handler runs, as when a node dies or the OOM killer strikes."""

@@ -102,15 +102,22 @@ def test_chart_app_version_is_the_package_version() -> None:
         ["--set", "webhook.certManager.enabled=true"],
         ["--set", "webhook.enabled=false", "--set", "metrics.enabled=false"],
         ["--set", "catalog.engines.vllm.eagle3.MistralForCausalLM=unconfirmed"],
+        ["--set", "replicas=3"],
     ],
-    ids=["defaults", "namespaces", "cert-manager", "minimal", "catalog"],
+    ids=["defaults", "namespaces", "cert-manager", "minimal", "catalog", "replicas"],
 )
 def test_helm_lint_passes(helm_binary: str, values: list[str]) -> None:
     run_helm(helm_binary, "lint", "--strict", str(CHART), *values)
 
 
 def test_schema_rejects_unknown_and_invalid_values(helm_binary: str) -> None:
-    for bad in ("webhook.failurePolicy=Sometimes", "replicas=2", "catalog.models.x=1"):
+    invalid = (
+        "webhook.failurePolicy=Sometimes",
+        "replicas=0",
+        "leaderElection.leaseSeconds=2",
+        "catalog.models.x=1",
+    )
+    for bad in invalid:
         argv = [helm_binary, "template", "x", str(CHART), "--set", bad]
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
         assert proc.returncode != 0, bad
@@ -136,6 +143,46 @@ def test_operator_pod_is_restricted_and_single(helm_binary: str) -> None:
     assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
     assert container["image"] == f"ghcr.io/specdeploy/specdeploy:{specdeploy.__version__}"
     assert "--webhook-cert-dir=/tls" in container["args"]
+
+
+def test_two_replicas_elect_a_leader_and_keep_one_through_disruptions(helm_binary: str) -> None:
+    docs = template(helm_binary, "--set", "replicas=2")
+    deployment = find(docs, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    rolling = {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
+    assert deployment["spec"]["strategy"] == rolling
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert {"--leader-elect", "--leader-election-id=specdeploy", "--leader-election-lease-seconds=15"} <= set(
+        container["args"]
+    )
+    downward = {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert {"name": "POD_NAMESPACE", "valueFrom": downward} in container["env"]
+    spread = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+    assert spread["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    role = find(docs, "Role", "specdeploy-leader-election")
+    assert role["metadata"]["namespace"] == INSTALL_NAMESPACE
+    assert _rules(role) == {
+        ("coordination.k8s.io", "leases", "create"),
+        ("coordination.k8s.io", "leases", "get"),
+        ("coordination.k8s.io", "leases", "update"),
+    }
+    assert [r.get("resourceNames") for r in role["rules"]] == [None, ["specdeploy"]]
+    binding = find(docs, "RoleBinding", "specdeploy-leader-election")
+    subject = {"kind": "ServiceAccount", "name": "specdeploy", "namespace": INSTALL_NAMESPACE}
+    assert binding["subjects"] == [subject]
+    pdb = find(docs, "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == pod_labels(deployment)
+    single = template(helm_binary)
+    assert not [d for d in single if d["kind"] in ("PodDisruptionBudget", "Role")]
+    (alone,) = find(single, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert "--leader-elect" not in alone["args"]
+
+
+def pod_labels(deployment: dict[str, Any]) -> dict[str, str]:
+    labels: dict[str, str] = deployment["spec"]["selector"]["matchLabels"]
+    return labels
 
 
 def test_image_settings(helm_binary: str) -> None:

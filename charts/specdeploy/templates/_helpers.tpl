@@ -114,3 +114,10 @@ app.kubernetes.io/part-of: specdeploy
   name: {{ include "specdeploy.serviceAccountName" . }}
   namespace: {{ .Release.Namespace }}
 {{- end }}
+
+{{/*
+Non-empty when the operator runs with leader election: asked for, or implied by replicas > 1.
+*/}}
+{{- define "specdeploy.leaderElection" -}}
+{{- if or .Values.leaderElection.enabled (gt (int .Values.replicas) 1) -}}true{{- end -}}
+{{- end }}

@@ -70,6 +70,29 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="read at most this many engine pods at once (default 32)",
     )
+    parser.add_argument(
+        "--leader-elect",
+        action="store_true",
+        help="run as one of several replicas: only the holder of a coordination.k8s.io Lease "
+        "reconciles, every replica serves the webhook (needs RBAC on leases)",
+    )
+    parser.add_argument(
+        "--leader-election-namespace",
+        help="namespace of the Lease (default: $POD_NAMESPACE, else default)",
+    )
+    parser.add_argument(
+        "--leader-election-id",
+        default="specdeploy-operator",
+        help="name of the Lease (default specdeploy-operator)",
+    )
+    parser.add_argument(
+        "--leader-election-lease-seconds",
+        type=_at_least(5, int),
+        default=15,
+        metavar="SECONDS",
+        help="how long a Lease lasts unrenewed: the longest failover after a leader dies (default "
+        "15; renewals are due within 2/3 of it, every 2 s)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.set_defaults(func=run)
 

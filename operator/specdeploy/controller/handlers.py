@@ -9,6 +9,8 @@ built by ``controller.main``), nothing in module globals.
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ import kopf
 from specdeploy import api, children
 from specdeploy.controller import admission, kube
 from specdeploy.controller.engine_metrics import EngineMetricsReader, HttpFetch
+from specdeploy.controller.leadership import ElectionSettings, LeaseElection
 from specdeploy.controller.pods import PodView, project
 from specdeploy.controller.reconcile import IO_THREADS, Reconciler
 from specdeploy.controller.runtime import Key
@@ -55,13 +58,24 @@ class EngineMetricsSettings:
 
 @dataclass
 class OperatorMemo:
-    """The process's state, handed to every handler as kopf's ``memo``."""
+    """The process's state, handed to every handler as kopf's ``memo``.
+
+    ``stop`` is kopf's stop flag: set when the Lease is lost, so the process exits (non-zero,
+    ``lost_lease``) and its restart rejoins as a follower."""
 
     read_secrets: bool = False
     webhook: WebhookServer | None = None
     engine_metrics: EngineMetricsSettings | None = None
+    election: ElectionSettings | None = None
+    stop: threading.Event = field(default_factory=threading.Event)
+    lost_lease: bool = False
     reconciler: Reconciler | None = field(default=None)
+    elector: LeaseElection | None = None
     background: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` in the background until cleanup (a task kept so it is not collected)."""
+        self.background.add(asyncio.get_running_loop().create_task(work))
 
     def running(self) -> Reconciler:
         assert self.reconciler is not None, "the startup handler creates the reconciler"
@@ -147,17 +161,37 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorMemo, **_: An
             concurrency=wanted.concurrency,
         )
     client = kube.KubeClient(connections=IO_THREADS)
-    memo.reconciler = Reconciler(
+    reconciler = memo.reconciler = Reconciler(
         client, client.post_event, read_secrets=memo.read_secrets, engine_metrics=reader
     )
-    if reader is not None:
-        task = asyncio.get_running_loop().create_task(memo.reconciler.read_engines())
-        memo.background.add(task)
+    if memo.election is None:
+        _lead(memo)
+        return
+    reconciler.follow()
+
+    def lost() -> None:
+        reconciler.follow()
+        memo.lost_lease = True
+        memo.stop.set()
+
+    memo.elector = LeaseElection(memo.election, lambda: _lead(memo), lost)
+    memo.elector.start()
+
+
+def _lead(memo: OperatorMemo) -> None:
+    """Reconcile from now on (at startup without leader election, else once the Lease is held),
+    and read engine metrics: followers do neither."""
+    reconciler = memo.running()
+    memo.spawn(reconciler.lead())
+    if reconciler.engine_metrics is not None:
+        memo.spawn(reconciler.read_engines())
 
 
 @kopf.on.cleanup()
 async def stop_background(memo: OperatorMemo, **_: Any) -> None:
-    """Stop the engine metrics reader and close its connections."""
+    """Stop reconciling and reading engine metrics, close their connections, hand the Lease over."""
+    if memo.reconciler is not None:
+        memo.reconciler.follow()
     for task in memo.background:
         task.cancel()
     await asyncio.gather(*memo.background, return_exceptions=True)
@@ -165,6 +199,8 @@ async def stop_background(memo: OperatorMemo, **_: Any) -> None:
     reader = memo.reconciler.engine_metrics if memo.reconciler is not None else None
     if reader is not None:
         await reader.close()
+    if memo.elector is not None:
+        await asyncio.get_running_loop().run_in_executor(None, memo.elector.release)
 
 
 def validate(body: kopf.Body, memo: OperatorMemo, **_: Any) -> None:

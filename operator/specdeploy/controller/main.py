@@ -6,14 +6,17 @@ import argparse
 import asyncio
 import logging
 import os
+import socket
 import sys
 import tempfile
+import uuid
 from pathlib import Path
 
 import kopf
 from huggingface_hub.utils.tqdm import disable_progress_bars
 
 from specdeploy.controller import certs, handlers, metrics
+from specdeploy.controller.leadership import ElectionSettings
 from specdeploy.modelinfo.hub import ENDPOINT_ENV, HubEndpointError, default_endpoint
 
 log = logging.getLogger(__name__)
@@ -58,6 +61,8 @@ def main(args: argparse.Namespace) -> int:
         # lines a minute on a busy cluster.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
         logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+        # The election library logs every failed renewal with the full HTTP response at INFO.
+        logging.getLogger("leaderelection").setLevel(logging.WARNING)
     logging.getLogger("kopf.objects").addFilter(AdmissionRefusals(args.verbose))
     try:
         hub = apply_hub_endpoint(args.hub_endpoint)
@@ -74,6 +79,8 @@ def main(args: argparse.Namespace) -> int:
             timeout=args.acceptance_timeout,
             concurrency=args.acceptance_concurrency,
         )
+    if args.leader_elect:
+        memo.election = election_settings(args)
     if args.metrics_port:
         metrics.serve(args.probe_address, args.metrics_port)
     if args.webhook_port:
@@ -97,6 +104,22 @@ def main(args: argparse.Namespace) -> int:
             namespaces=args.namespace,
             liveness_endpoint=f"http://{args.probe_address}:{args.probe_port}/healthz",
             memo=memo,
+            stop_flag=memo.stop,
         )
     )
-    return 0
+    return 1 if memo.lost_lease else 0
+
+
+def election_settings(args: argparse.Namespace) -> ElectionSettings:
+    """The Lease of ``--leader-elect``: in the operator's namespace (the downward API's
+    POD_NAMESPACE in a pod), held under the pod's name plus a random suffix (a restarted pod is a
+    new candidate)."""
+    lease = args.leader_election_lease_seconds
+    return ElectionSettings(
+        namespace=args.leader_election_namespace or os.environ.get("POD_NAMESPACE") or "default",
+        name=args.leader_election_id,
+        identity=f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}",
+        lease_seconds=lease,
+        renew_deadline_seconds=lease * 2 // 3,
+        retry_seconds=2,
+    )

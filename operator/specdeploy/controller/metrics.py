@@ -15,6 +15,10 @@ RECONCILES = Counter(
     "Reconciles run, by outcome: converged, blocked, retry (transient, backing off) or error.",
     ["outcome"],
 )
+LEADER = Gauge(
+    "specdeploy_leader",
+    "1 while this replica reconciles (holds the Lease, or runs without leader election), else 0.",
+)
 WRITES = Counter("specdeploy_writes_total", "Writes sent to the apiserver, by kind.", ["kind"])
 RECONCILE_SECONDS = Histogram(
     "specdeploy_reconcile_duration_seconds",

@@ -102,6 +102,8 @@ class Reconciler:
         self.queue = WorkQueue(self._reconcile, call_later=call_later, on_done=_record)
         self.engine_metrics = engine_metrics
         self.view: ClusterView | None = None
+        self.active = True
+        metrics.LEADER.set(1)
         # API calls and hub downloads block; a pool of their own keeps them from queueing behind
         # (or starving) kopf's and aiohttp's own threads.
         self.io = concurrent.futures.ThreadPoolExecutor(
@@ -109,9 +111,24 @@ class Reconciler:
         )
 
     async def submit(self, key: Key, view: ClusterView) -> None:
-        """Reconcile ``key`` against the newest watched state."""
+        """Reconcile ``key`` against the newest watched state (a follower only keeps the view)."""
         self.view = view
-        await self.queue.submit(key)
+        if self.active:
+            await self.queue.submit(key)
+
+    def follow(self) -> None:
+        """Another replica reconciles: keep the watch caches, write nothing."""
+        self.active = False
+        metrics.LEADER.set(0)
+
+    async def lead(self) -> None:
+        """This replica now reconciles: one pass over every resource the caches hold, since a
+        follower let their events go by."""
+        self.active = True
+        metrics.LEADER.set(1)
+        view = self.view
+        if view is not None:
+            await asyncio.gather(*(self.submit(key, view) for key in view.resource_keys()))
 
     def forget(self, key: Key) -> None:
         """A resource is gone: drop its pending retry, remembered writes, window and metric series."""

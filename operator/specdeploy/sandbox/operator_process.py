@@ -48,6 +48,7 @@ def _argv(
     webhook_dir: Path | None,
     hub_endpoint: str | None,
     extra_args: tuple[str, ...],
+    configure_webhook: bool = True,
 ) -> list[str]:
     """``specdeploy run`` with probes, metrics and (optionally) the webhook on loopback."""
     probe, metrics, webhook = ports
@@ -65,7 +66,7 @@ def _argv(
             "--webhook-address", "127.0.0.1",
             "--webhook-port", str(webhook),
             "--webhook-host", "127.0.0.1",
-            "--webhook-configure",
+            *(["--webhook-configure"] if configure_webhook else []),
             "--webhook-cert-dir", str(webhook_dir),
         ]  # fmt: skip
     return argv
@@ -95,18 +96,20 @@ def start_operator(
     extra_args: tuple[str, ...] = (),
     detach: bool = False,
     hub_endpoint: str | None = None,
+    configure_webhook: bool = True,
 ) -> LocalOperator:
     """Start the operator against ``kubeconfig`` and wait until /healthz answers.
 
     With ``webhook_dir`` it also serves the validating webhook on 127.0.0.1 (certificates
-    there) and writes the webhook configuration itself, as a sandbox needs. ``hub_endpoint``
+    there) and, unless ``configure_webhook`` is False (a second replica), writes the webhook
+    configuration itself, as a sandbox needs. ``hub_endpoint``
     is the operator-wide model hub (the sandbox's, when it serves one).
     """
     probe, metrics, webhook = free_ports(3)
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         process = subprocess.Popen(
-            _argv((probe, metrics, webhook), webhook_dir, hub_endpoint, extra_args),
+            _argv((probe, metrics, webhook), webhook_dir, hub_endpoint, extra_args, configure_webhook),
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
