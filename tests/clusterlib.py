@@ -24,11 +24,13 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Cluster:
-    """The cluster under test. ``pod_cidr``/``audit_log`` are None for a reused external cluster."""
+    """The cluster under test. ``pod_cidr``, ``audit_log`` and ``webhook_client_ca`` (the CA of
+    the certificate its apiserver presents to webhooks) are None for a reused external cluster."""
 
     kubeconfig: Path
     pod_cidr: str | None
     audit_log: Path | None
+    webhook_client_ca: Path | None = None
 
 
 class Kubectl:
@@ -113,7 +115,7 @@ def sandbox_cluster(root: Path, name: str, engine_nodes: int = 0) -> Iterator[Cl
     sandbox = Sandbox(name, root)
     try:
         sandbox.up(owner_pid=os.getpid(), engine_nodes=engine_nodes)
-        yield Cluster(sandbox.kubeconfig, sandbox.pod_cidr(), sandbox.audit_log)
+        yield Cluster(sandbox.kubeconfig, sandbox.pod_cidr(), sandbox.audit_log, sandbox.webhook_client_ca())
     finally:
         sandbox.down()
         shutil.rmtree(root, ignore_errors=True)

@@ -67,6 +67,7 @@ def engine_operator(engine_sandbox: Sandbox, k: Kubectl) -> Iterator[LocalOperat
         workdir / "tls",
         extra_args=("--acceptance-interval", str(READ_INTERVAL_S)),
         hub_endpoint=engine_sandbox.hub_endpoint(),
+        webhook_client_ca=engine_sandbox.webhook_client_ca(),
     )
     try:
         yield running

@@ -70,7 +70,9 @@ def fault_ns(fk: Kubectl, request: pytest.FixtureRequest) -> Iterator[str]:
 
 @pytest.fixture
 def operator_under_fault(fault_sandbox: Sandbox, fk: Kubectl, tmp_path: Path) -> Iterator[OperatorUnderFault]:
-    running = OperatorUnderFault(fault_sandbox.kubeconfig, tmp_path)
+    running = OperatorUnderFault(
+        fault_sandbox.kubeconfig, tmp_path, webhook_client_ca=fault_sandbox.webhook_client_ca()
+    )
     running.start()
     try:
         yield running

@@ -182,6 +182,8 @@ class OperatorUnderFault:
         extra_args: tuple[str, ...] = (),
         configure_webhook: bool = True,
         tls: Path | None = None,
+        webhook_client_ca: Path | None = None,
+        webhook: bool = True,
     ) -> None:
         self.kubeconfig = kubeconfig
         workdir.mkdir(parents=True, exist_ok=True)
@@ -189,6 +191,8 @@ class OperatorUnderFault:
         self.tls = tls or workdir / "tls"
         self.extra_args = extra_args
         self.configure_webhook = configure_webhook
+        self.webhook_client_ca = webhook_client_ca
+        self.webhook = webhook
         self.running: LocalOperator | None = None
         self.starts = 0
 
@@ -197,9 +201,10 @@ class OperatorUnderFault:
         self.running = start_operator(
             self.kubeconfig,
             self.log,
-            self.tls,
+            self.tls if self.webhook else None,
             extra_args=self.extra_args,
             configure_webhook=self.configure_webhook,
+            webhook_client_ca=self.webhook_client_ca,
         )
         self.starts += 1
         return self.running

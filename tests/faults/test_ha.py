@@ -39,6 +39,7 @@ def replicas(fault_sandbox: Sandbox, fault_ns: str, tmp_path: Path) -> Iterator[
             extra_args=args,
             configure_webhook=index == 0,
             tls=tmp_path / "tls",
+            webhook_client_ca=fault_sandbox.webhook_client_ca(),
         )
         for index in range(2)
     ]
@@ -68,8 +69,11 @@ def _wait_leader(replicas: list[OperatorUnderFault], timeout: float) -> int:
         time.sleep(0.2)
 
 
-def _review(replica: OperatorUnderFault, namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
-    """POST an AdmissionReview straight to one replica's webhook server."""
+def _review(
+    replica: OperatorUnderFault, namespace: str, spec: dict[str, Any], client: tuple[Path, Path]
+) -> dict[str, Any]:
+    """POST an AdmissionReview straight to one replica's webhook server, as the apiserver would
+    (with its webhook client certificate)."""
     assert replica.running is not None
     port = replica.running.ports[2]
     body = resource(namespace, "review")
@@ -89,6 +93,7 @@ def _review(replica: OperatorUnderFault, namespace: str, spec: dict[str, Any]) -
         },
     }
     context = ssl.create_default_context(cafile=str(replica.tls / "ca.crt"))
+    context.load_cert_chain(str(client[0]), str(client[1]))
     request = urllib.request.Request(
         f"https://127.0.0.1:{port}/validate",
         data=json.dumps(review).encode(),
@@ -113,8 +118,9 @@ def _seconds_until_reconciled(apis: Apis, namespace: str, name: str, timeout: fl
 
 
 def test_one_replica_reconciles_every_replica_serves_the_webhook_and_failover_is_measured(
-    apis: Apis, fault_ns: str, replicas: list[OperatorUnderFault]
+    apis: Apis, fault_ns: str, fault_sandbox: Sandbox, replicas: list[OperatorUnderFault]
 ) -> None:
+    client = (fault_sandbox.pki.webhook_client_cert, fault_sandbox.pki.webhook_client_key)
     leader = _wait_leader(replicas, timeout=30)
     follower = 1 - leader
     names = [f"ha-{i:02d}" for i in range(6)]
@@ -127,10 +133,10 @@ def test_one_replica_reconciles_every_replica_serves_the_webhook_and_failover_is
     assert replicas[follower].metric("specdeploy_writes_total") == 0
 
     for replica in replicas:
-        answer = _review(replica, fault_ns, MISMATCH)
+        answer = _review(replica, fault_ns, MISMATCH, client)
         assert answer["allowed"] is False
         assert "pairing check failed" in answer["status"]["message"]
-        assert _review(replica, fault_ns, resource(fault_ns, "x")["spec"])["allowed"] is True
+        assert _review(replica, fault_ns, resource(fault_ns, "x")["spec"], client)["allowed"] is True
 
     # A crash: the Lease is only taken over once it expires.
     replicas[leader].kill()

@@ -40,6 +40,7 @@ def operator(
             workdir / "operator.log",
             workdir / "tls",
             extra_args=("--acceptance-interval", str(READ_INTERVAL_S), "--read-token-secrets"),
+            webhook_client_ca=cluster.webhook_client_ca,
         )
     except SandboxError as exc:
         pytest.fail(str(exc))

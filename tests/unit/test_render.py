@@ -124,3 +124,19 @@ def test_cluster_wide_engine_image_default(
     assert _docs(out)["Deployment"]["spec"]["template"]["spec"]["containers"][0]["image"].startswith(
         "lmsysorg/"
     )
+
+
+def test_engine_pods_follow_the_restricted_rules_they_can(capsys: pytest.CaptureFixture[str]) -> None:
+    """Everything of the restricted Pod Security Standard but runAsNonRoot (the images run as root)."""
+    for example in EXAMPLES:
+        assert main(["render", "-f", str(example)]) == 0
+        deployment = next(d for d in yaml.safe_load_all(capsys.readouterr().out) if d["kind"] == "Deployment")
+        pod = deployment["spec"]["template"]["spec"]
+        assert pod["automountServiceAccountToken"] is False
+        for container in pod["containers"]:
+            assert container["securityContext"] == {
+                "allowPrivilegeEscalation": False,
+                "capabilities": {"drop": ["ALL"]},
+                "seccompProfile": {"type": "RuntimeDefault"},
+            }
+        assert not any("hostPath" in volume for volume in pod["volumes"])

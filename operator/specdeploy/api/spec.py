@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
 from specdeploy.api.base import GPU_RESOURCE, ApiModel, EngineName, cel
 
@@ -301,6 +301,15 @@ class PodMetadata(ApiModel):
     annotations: dict[str, str] = Field(default_factory=dict, description="Extra pod annotations.")
 
 
+# The apiserver's grammar of a resource quantity (<signedNumber><suffix>): a value it cannot
+# parse fails the whole Deployment write with an HTTP 500, so the schema refuses it first.
+QUANTITY_PATTERN = (
+    r"^[+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+Quantity = Annotated[str, StringConstraints(pattern=QUANTITY_PATTERN, max_length=64)]
+
+
 class Resources(ApiModel):
     """CPU and memory for the engine container; GPUs come from the plan and cannot be set here."""
 
@@ -316,8 +325,10 @@ class Resources(ApiModel):
         }
     )
 
-    requests: dict[str, str] = Field(default_factory=dict, description="Requests, e.g. cpu: 8, memory: 64Gi.")
-    limits: dict[str, str] = Field(default_factory=dict, description="Limits, e.g. memory: 128Gi.")
+    requests: dict[str, Quantity] = Field(
+        default_factory=dict, description="Requests, e.g. cpu: 8, memory: 64Gi."
+    )
+    limits: dict[str, Quantity] = Field(default_factory=dict, description="Limits, e.g. memory: 128Gi.")
 
 
 class Service(ApiModel):

@@ -23,6 +23,15 @@ SHM_SIZE = "16Gi"
 CACHE_VOLUME = "model-cache"
 SHM_VOLUME = "dshm"
 TERMINATION_GRACE_SECONDS = 60
+# The restricted Pod Security Standard's container rules the engines allow: no privilege
+# escalation, no Linux capability (single-node tensor parallelism shares GPU memory through
+# CUDA IPC and /dev/shm, neither needs one) and the runtime's default seccomp profile. Not
+# runAsNonRoot: the vLLM and SGLang images run as root and write their caches under /root.
+ENGINE_SECURITY_CONTEXT: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
 
 
 def _env(spec: api.SpeculativeDeploymentSpec, launch: EngineLaunch) -> list[dict[str, Any]]:
@@ -113,6 +122,7 @@ def _container(spec: api.SpeculativeDeploymentSpec, launch: EngineLaunch, gpus: 
         # A failed engine's last log lines (its error) become the termination message in the
         # pod status, which the operator reports in the Degraded condition.
         "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": ENGINE_SECURITY_CONTEXT,
     }
     env = _env(spec, launch)
     if env:
@@ -135,6 +145,8 @@ def _pod_spec(
         "tolerations": tolerations,
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         "enableServiceLinks": False,
+        # An engine never calls the Kubernetes API: no ServiceAccount token in its filesystem.
+        "automountServiceAccountToken": False,
     }
     if scheduling.node_selector:
         pod_spec["nodeSelector"] = dict(scheduling.node_selector)

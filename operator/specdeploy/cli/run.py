@@ -35,6 +35,12 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--webhook-configure", action="store_true", help="manage the webhook configuration")
     parser.add_argument(
+        "--webhook-client-ca",
+        metavar="FILE",
+        help="accept webhook calls only from clients with a certificate this CA signed (the "
+        "apiserver's, given in its admission configuration); default: any client",
+    )
+    parser.add_argument(
         "--read-token-secrets",
         action="store_true",
         help="read the hub token Secret a resource names, for the pairing check's downloads "

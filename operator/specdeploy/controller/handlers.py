@@ -9,6 +9,7 @@ built by ``controller.main``), nothing in module globals.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import threading
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -45,6 +46,8 @@ class WebhookServer:
     pkeyfile: Path
     cafile: Path | None
     manage_configuration: bool
+    # Only clients with a certificate this CA signed get an answer (mutual TLS).
+    client_ca: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,8 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorMemo, **_: An
             certfile=server.certfile,
             pkeyfile=server.pkeyfile,
             cafile=server.cafile,
+            verify_mode=ssl.CERT_REQUIRED if server.client_ca else None,
+            verify_cafile=server.client_ca,
         )
         if server.manage_configuration:
             settings.admission.managed = api.GROUP

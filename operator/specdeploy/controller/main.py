@@ -95,6 +95,7 @@ def main(args: argparse.Namespace) -> int:
             pkeyfile=cert_dir / "tls.key",
             cafile=cert_dir / "ca.crt" if (cert_dir / "ca.crt").exists() else None,
             manage_configuration=args.webhook_configure,
+            client_ca=Path(args.webhook_client_ca) if args.webhook_client_ca else None,
         )
         handlers.register_webhook()
     asyncio.run(

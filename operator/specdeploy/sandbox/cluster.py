@@ -57,6 +57,7 @@ SANDBOX_ENV = "SPECDEPLOY_SANDBOX"
 ROOT_ENV = "SPECDEPLOY_SANDBOX_ROOT"
 DEFAULT_NAME = "default"
 STATE_FILE = "state.json"
+ADMISSION_CONFIG = "admission-config.yaml"
 WATCHDOG = "watchdog"
 # The control-plane processes, in start order; a sandbox is running when all of them are alive.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
@@ -253,8 +254,12 @@ class Sandbox:
         self._wait(state, deadline, "etcd to report healthy", lambda: self._etcd_healthy(ports.etcd))
         print(f"[specdeploy] etcd is up on 127.0.0.1:{ports.etcd}", file=log)
 
+        webhook_clients = self.dir / "webhook-clients.kubeconfig"
+        webhook_clients.write_text(yaml.safe_dump(control_plane.webhook_client_kubeconfig(keys)))
+        admission = self.dir / ADMISSION_CONFIG
+        admission.write_text(yaml.safe_dump(control_plane.admission_configuration(webhook_clients)))
         apiserver = control_plane.kube_apiserver(
-            bins, keys, ports, self.dir / "pki", audit_policy, self.audit_log
+            bins, keys, ports, self.dir / "pki", audit_policy, self.audit_log, admission
         )
         self._spawn(state, "kube-apiserver", ports.api, apiserver)
         self._wait(state, deadline, "kube-apiserver /readyz", lambda: self._api_ready(ports.api))
@@ -287,6 +292,11 @@ class Sandbox:
         state["hub_endpoint"] = endpoint
         self._write_state(state)
         print(f"[specdeploy] the model hub serves the tiny models at {endpoint}", file=log)
+
+    def webhook_client_ca(self) -> Path | None:
+        """The CA of the client certificate this sandbox's apiserver presents to webhooks (None
+        for a sandbox started before it did)."""
+        return self.pki.ca_cert if (self.dir / ADMISSION_CONFIG).is_file() else None
 
     def hub_endpoint(self) -> str | None:
         """The sandbox's model hub (``HF_ENDPOINT`` for engines, ``--hub-endpoint`` for the operator)."""

@@ -51,8 +51,52 @@ def etcd(bins: Binaries, data_dir: Path, ports: Ports) -> list[str]:
     ]
 
 
+def admission_configuration(webhook_kubeconfig: Path) -> dict[str, Any]:
+    """The apiserver's admission plugin configuration: it authenticates to every webhook with
+    the credentials of ``webhook_kubeconfig``."""
+    plugins = []
+    for plugin, kind in (
+        ("ValidatingAdmissionWebhook", "WebhookAdmissionConfiguration"),
+        ("MutatingAdmissionWebhook", "WebhookAdmissionConfiguration"),
+    ):
+        plugins.append(
+            {
+                "name": plugin,
+                "configuration": {
+                    "apiVersion": "apiserver.config.k8s.io/v1",
+                    "kind": kind,
+                    "kubeConfigFile": str(webhook_kubeconfig),
+                },
+            }
+        )
+    return {"apiVersion": "apiserver.config.k8s.io/v1", "kind": "AdmissionConfiguration", "plugins": plugins}
+
+
+def webhook_client_kubeconfig(keys: Pki) -> dict[str, Any]:
+    """One user for every webhook host ("*"): the sandbox's webhook client certificate."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "users": [
+            {
+                "name": "*",
+                "user": {
+                    "client-certificate": str(keys.webhook_client_cert),
+                    "client-key": str(keys.webhook_client_key),
+                },
+            }
+        ],
+    }
+
+
 def kube_apiserver(
-    bins: Binaries, keys: Pki, ports: Ports, cert_dir: Path, audit_policy: Path, audit_log: Path
+    bins: Binaries,
+    keys: Pki,
+    ports: Ports,
+    cert_dir: Path,
+    audit_policy: Path,
+    audit_log: Path,
+    admission_config: Path,
 ) -> list[str]:
     return [
         str(bins.kube_apiserver),
@@ -74,6 +118,8 @@ def kube_apiserver(
         f"--cert-dir={cert_dir}",
         f"--audit-policy-file={audit_policy}",
         f"--audit-log-path={audit_log}",
+        # A client certificate for webhook calls, so webhooks can refuse unknown clients.
+        f"--admission-control-config-file={admission_config}",
     ]
 
 

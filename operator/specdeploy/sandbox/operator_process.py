@@ -49,6 +49,7 @@ def _argv(
     hub_endpoint: str | None,
     extra_args: tuple[str, ...],
     configure_webhook: bool = True,
+    webhook_client_ca: Path | None = None,
 ) -> list[str]:
     """``specdeploy run`` with probes, metrics and (optionally) the webhook on loopback."""
     probe, metrics, webhook = ports
@@ -69,6 +70,8 @@ def _argv(
             *(["--webhook-configure"] if configure_webhook else []),
             "--webhook-cert-dir", str(webhook_dir),
         ]  # fmt: skip
+        if webhook_client_ca is not None:
+            argv += ["--webhook-client-ca", str(webhook_client_ca)]
     return argv
 
 
@@ -97,19 +100,28 @@ def start_operator(
     detach: bool = False,
     hub_endpoint: str | None = None,
     configure_webhook: bool = True,
+    webhook_client_ca: Path | None = None,
 ) -> LocalOperator:
     """Start the operator against ``kubeconfig`` and wait until /healthz answers.
 
     With ``webhook_dir`` it also serves the validating webhook on 127.0.0.1 (certificates
     there) and, unless ``configure_webhook`` is False (a second replica), writes the webhook
-    configuration itself, as a sandbox needs. ``hub_endpoint``
+    configuration itself, as a sandbox needs; with ``webhook_client_ca`` it answers only the
+    clients that CA signed (a sandbox's apiserver). ``hub_endpoint``
     is the operator-wide model hub (the sandbox's, when it serves one).
     """
     probe, metrics, webhook = free_ports(3)
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         process = subprocess.Popen(
-            _argv((probe, metrics, webhook), webhook_dir, hub_endpoint, extra_args, configure_webhook),
+            _argv(
+                (probe, metrics, webhook),
+                webhook_dir,
+                hub_endpoint,
+                extra_args,
+                configure_webhook,
+                webhook_client_ca,
+            ),
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -150,6 +162,7 @@ def ensure_running(sandbox: Sandbox) -> int:
         extra_args=("--acceptance-interval", str(SANDBOX_READ_INTERVAL_S)),
         detach=True,
         hub_endpoint=sandbox.hub_endpoint(),
+        webhook_client_ca=sandbox.webhook_client_ca(),
     )
     pid = running.process.pid
     sandbox.register_process(NAME, pid, process_start_time(pid), list(running.ports))

@@ -20,6 +20,9 @@ from specdeploy.controller.certs import certificate_builder
 
 ADMIN_USER = "specdeploy-admin"
 ADMIN_GROUP = "system:masters"
+# The identity the apiserver presents to admission webhooks (an operator started with
+# --webhook-client-ca refuses every other client).
+WEBHOOK_CLIENT = "kube-apiserver-webhook-client"
 # Names the in-cluster `kubernetes` Service answers to, plus loopback where the apiserver listens.
 _APISERVER_DNS = (
     "localhost",
@@ -40,6 +43,8 @@ class Pki:
     apiserver_key: Path
     admin_cert: Path
     admin_key: Path
+    webhook_client_cert: Path
+    webhook_client_key: Path
     service_account_key: Path
     service_account_pub: Path
 
@@ -52,6 +57,8 @@ class Pki:
             apiserver_key=directory / "apiserver.key",
             admin_cert=directory / "admin.crt",
             admin_key=directory / "admin.key",
+            webhook_client_cert=directory / "webhook-client.crt",
+            webhook_client_key=directory / "webhook-client.key",
             service_account_key=directory / "sa.key",
             service_account_pub=directory / "sa.pub",
         )
@@ -120,7 +127,8 @@ def _leaf(
 
 
 def generate(directory: Path) -> Pki:
-    """Write a fresh CA, apiserver serving cert, admin client cert and service-account key pair."""
+    """Write a fresh CA, apiserver serving cert, admin and webhook client certs and the
+    service-account key pair."""
     directory.mkdir(parents=True, exist_ok=True)
     pki = Pki.in_dir(directory)
 
@@ -152,6 +160,10 @@ def generate(directory: Path) -> Pki:
     )
     _write(pki.admin_cert, admin_cert.public_bytes(serialization.Encoding.PEM))
     _write(pki.admin_key, _key_pem(admin_key), private=True)
+
+    client_cert, client_key = _leaf(ca_key, ca_name, _name(WEBHOOK_CLIENT), ExtendedKeyUsageOID.CLIENT_AUTH)
+    _write(pki.webhook_client_cert, client_cert.public_bytes(serialization.Encoding.PEM))
+    _write(pki.webhook_client_key, _key_pem(client_key), private=True)
 
     # Service-account tokens are signed RS256, the algorithm every Kubernetes client expects.
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
