@@ -29,14 +29,23 @@ FULL = {
     "SPECDEPLOY_FAULT_RESTART_RESOURCES": "100",
     "SPECDEPLOY_FAULT_DELETED": "50",
 }
-SUITES = ("tests/integration/test_fuzz.py", "tests/faults")
+SUITES = {"fuzz": "tests/integration/test_fuzz.py", "faults": "tests/faults"}
 
 
-def run_suites(env: dict[str, str], report_dir: Path) -> int:
-    """Both suites through pytest (their assertions are the invariants); the exit status."""
+def run_suites(env: dict[str, str], report_dir: Path, suites: list[str]) -> int:
+    """The suites through pytest (their assertions are the invariants); the exit status."""
     env = {**os.environ, **env, "SPECDEPLOY_FAULT_REPORT": str(report_dir)}
     env["SPECDEPLOY_FUZZ_REPORT"] = str(report_dir / "fuzz.json")
-    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-s", *SUITES]
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-s",
+        *(SUITES[s] for s in suites),
+    ]
     return subprocess.run(argv, cwd=REPO, env=env, timeout=3600, check=False).returncode
 
 
@@ -127,13 +136,23 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="CI's counts instead of the full ones")
     parser.add_argument("--plot", type=Path, default=REPO / "docs" / "images" / "reliability.png")
-    parser.add_argument("--json", type=Path, help="also write every figure to this file")
+    parser.add_argument("--suite", choices=sorted(SUITES), action="append", help="run only this suite")
+    parser.add_argument(
+        "--json",
+        type=Path,
+        help="write every figure to this file (figures already in it are kept unless rerun)",
+    )
     args = parser.parse_args()
+    figures: dict[str, dict[str, Any]] = {}
+    if args.json and args.json.exists():
+        figures = json.loads(args.json.read_text())
     with tempfile.TemporaryDirectory(prefix="specdeploy-reliability-") as scratch:
         report_dir = Path(scratch)
         started = time.monotonic()
-        status = run_suites({} if args.quick else FULL, report_dir)
-        figures = {path.stem: json.loads(path.read_text()) for path in sorted(report_dir.glob("*.json"))}
+        status = run_suites({} if args.quick else FULL, report_dir, args.suite or sorted(SUITES))
+        figures.update(
+            {path.stem: json.loads(path.read_text()) for path in sorted(report_dir.glob("*.json"))}
+        )
     print(f"\n=== reliability figures ({time.monotonic() - started:.0f} s; pytest exit {status}) ===")
     for line in table(figures):
         print(line)

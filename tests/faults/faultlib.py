@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import time
+import urllib.request
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -231,3 +234,38 @@ class OperatorUnderFault:
         with open(self.log, "rb") as handle:
             handle.seek(since)
             return handle.read().decode(errors="replace").splitlines()
+
+
+def review(
+    replica: OperatorUnderFault, namespace: str, spec: dict[str, Any], certificate: tuple[Path, Path]
+) -> dict[str, Any]:
+    """POST an AdmissionReview straight to one replica's webhook server, as the apiserver would
+    (with its webhook client certificate)."""
+    assert replica.running is not None
+    port = replica.running.ports[2]
+    body = resource(namespace, "review")
+    body["spec"] = spec
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": api.GROUP, "version": api.VERSION, "kind": api.KIND},
+            "resource": {"group": api.GROUP, "version": api.VERSION, "resource": api.PLURAL},
+            "operation": "CREATE",
+            "namespace": namespace,
+            "name": "review",
+            "object": body,
+            "userInfo": {"username": "fault-suite"},
+        },
+    }
+    context = ssl.create_default_context(cafile=str(replica.tls / "ca.crt"))
+    context.load_cert_chain(str(certificate[0]), str(certificate[1]))
+    request = urllib.request.Request(
+        f"https://127.0.0.1:{port}/validate",
+        data=json.dumps(review).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, context=context, timeout=10) as answer:
+        response: dict[str, Any] = json.loads(answer.read())["response"]
+    return response

@@ -3,18 +3,13 @@ and a killed or stopped leader is replaced; failover measured both ways."""
 
 from __future__ import annotations
 
-import json
-import ssl
 import time
-import urllib.request
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from faultlib import Apis, OperatorUnderFault, report, resource, wait_fleet
+from faultlib import Apis, OperatorUnderFault, report, resource, review, wait_fleet
 from specdeploy import api
 from specdeploy.sandbox.cluster import Sandbox
 
@@ -69,41 +64,6 @@ def _wait_leader(replicas: list[OperatorUnderFault], timeout: float) -> int:
         time.sleep(0.2)
 
 
-def _review(
-    replica: OperatorUnderFault, namespace: str, spec: dict[str, Any], client: tuple[Path, Path]
-) -> dict[str, Any]:
-    """POST an AdmissionReview straight to one replica's webhook server, as the apiserver would
-    (with its webhook client certificate)."""
-    assert replica.running is not None
-    port = replica.running.ports[2]
-    body = resource(namespace, "review")
-    body["spec"] = spec
-    review = {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": str(uuid.uuid4()),
-            "kind": {"group": api.GROUP, "version": api.VERSION, "kind": api.KIND},
-            "resource": {"group": api.GROUP, "version": api.VERSION, "resource": api.PLURAL},
-            "operation": "CREATE",
-            "namespace": namespace,
-            "name": "review",
-            "object": body,
-            "userInfo": {"username": "fault-suite"},
-        },
-    }
-    context = ssl.create_default_context(cafile=str(replica.tls / "ca.crt"))
-    context.load_cert_chain(str(client[0]), str(client[1]))
-    request = urllib.request.Request(
-        f"https://127.0.0.1:{port}/validate",
-        data=json.dumps(review).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, context=context, timeout=10) as answer:
-        response: dict[str, Any] = json.loads(answer.read())["response"]
-    return response
-
-
 def _seconds_until_reconciled(apis: Apis, namespace: str, name: str, timeout: float) -> float:
     """Create ``name`` and time how long until it has conditions for its generation."""
     started = time.monotonic()
@@ -133,10 +93,10 @@ def test_one_replica_reconciles_every_replica_serves_the_webhook_and_failover_is
     assert replicas[follower].metric("specdeploy_writes_total") == 0
 
     for replica in replicas:
-        answer = _review(replica, fault_ns, MISMATCH, client)
+        answer = review(replica, fault_ns, MISMATCH, client)
         assert answer["allowed"] is False
         assert "pairing check failed" in answer["status"]["message"]
-        assert _review(replica, fault_ns, resource(fault_ns, "x")["spec"], client)["allowed"] is True
+        assert review(replica, fault_ns, resource(fault_ns, "x")["spec"], client)["allowed"] is True
 
     # A crash: the Lease is only taken over once it expires.
     replicas[leader].kill()

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from clusterlib import Kubectl
-from faultlib import Apis, OperatorUnderFault, resource, wait_fleet
+from faultlib import Apis, OperatorUnderFault, resource, review, wait_fleet
 from specdeploy.sandbox.cluster import Sandbox
 
 REPO = Path(__file__).resolve().parents[2]
@@ -188,10 +188,10 @@ def test_the_webhook_answers_only_the_apiserver(
     with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError)):
         _post(f"https://127.0.0.1:{port}/validate", _webhook_context(serving_ca, stranger))
     apiserver = (fault_sandbox.pki.webhook_client_cert, fault_sandbox.pki.webhook_client_key)
-    assert _post(f"https://127.0.0.1:{port}/validate", _webhook_context(serving_ca, apiserver)) == 200
-
     mismatch = resource(fault_ns, "mismatch")
     mismatch["spec"]["speculator"]["model"] = "RedHatAI/Qwen3-8B-speculator.eagle3"
+    assert review(operator_under_fault, fault_ns, mismatch["spec"], apiserver)["allowed"] is False
+
     refused = fk.run("apply", "-f", "-", input=json.dumps(mismatch), namespace=fault_ns)
     assert refused.returncode != 0 and "admission webhook" in refused.stderr, refused.stderr
 
@@ -212,9 +212,10 @@ def test_pod_security_standards_of_the_operator_and_the_engines(
     """The operator pod is admitted under restricted; an engine pod under baseline, and under
     restricted its one violation is runAsNonRoot (the engine images run as root)."""
     fk("label", "namespace", fault_ns, "pod-security.kubernetes.io/enforce=restricted")
-    operator_pod = _pod_from_template(
-        next(d for d in _helm(helm_binary, fault_ns) if d["kind"] == "Deployment"), "operator"
-    )
+    chart = _helm(helm_binary, fault_ns)
+    service_account = next(d for d in chart if d["kind"] == "ServiceAccount")
+    fk("apply", "-f", "-", input=json.dumps(service_account), namespace=fault_ns)
+    operator_pod = _pod_from_template(next(d for d in chart if d["kind"] == "Deployment"), "operator")
     admitted = fk.run(
         "create", "--dry-run=server", "-f", "-", input=json.dumps(operator_pod), namespace=fault_ns
     )
