@@ -429,7 +429,8 @@ def test_rollout_completion_is_a_status_only_write(harness: Harness) -> None:
     for cond in patch["conditions"]:
         if cond["type"] in (api.DEGRADED, api.PAIRING_VERIFIED, api.SCHEDULABLE):
             assert cond["lastTransitionTime"] == unchanged[cond["type"]]["lastTransitionTime"]
-    assert [e.reason for e in harness.events.posted] == ["Ready", "RolloutComplete"]
+    posted = [(e.type, e.reason) for e in harness.events.posted]
+    assert posted == [("Normal", "Ready"), ("Normal", "RolloutComplete")]
 
     harness.view.resources[KEY] = with_status(harness.view.resources[KEY], patch, "14")
     harness.quiet()

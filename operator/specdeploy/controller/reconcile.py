@@ -20,6 +20,7 @@ from typing import Any, Protocol, TypeVar
 
 from specdeploy import api, pipeline
 from specdeploy.controller import diffing, metrics, status
+from specdeploy.controller.conditions import Transition
 from specdeploy.controller.engine_metrics import EngineMetricsReader
 from specdeploy.controller.kube import KubeClient, Refused
 from specdeploy.controller.pods import FailureMemory, PodView, pod_failure
@@ -214,8 +215,7 @@ class Reconciler:
                 metrics.WRITES.labels("status").inc()
                 self.ledger.remember("status", key, fingerprint, version)
         for t in transitions:
-            healthy = (t.status == "False") if t.type == api.DEGRADED else (t.status != "False")
-            kind = "Normal" if healthy else "Warning"
+            kind = "Normal" if _healthy(t) else "Warning"
             await self._run(self.post_event, body, kind, t.reason, f"{t.type}={t.status}: {t.message}")
         if desired.retry:
             return "retry"
@@ -253,6 +253,16 @@ class Reconciler:
         await self._run(self.kube.apply, want)
         metrics.WRITES.labels(kind).inc()
         self.ledger.remember(kind, key, fingerprint, version)
+
+
+def _healthy(transition: Transition) -> bool:
+    """Whether a transition is good news (a Normal Event) or not (a Warning): Degraded=False,
+    a rollout running or complete, and every other condition not False."""
+    if transition.type == api.DEGRADED:
+        return transition.status == "False"
+    if transition.type == api.PROGRESSING:
+        return transition.status == "True" or transition.reason == "RolloutComplete"
+    return transition.status != "False"
 
 
 def _version(cached: dict[str, Any] | None) -> str | None:
