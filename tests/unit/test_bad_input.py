@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 
 from fuzzlib import any_spec, configmap_data, example_spec, node_labels, secret_values
 from specdeploy import api, pipeline
+from specdeploy.api.spec import QUANTITY_PATTERN
 from specdeploy.controller import admission
 from specdeploy.modelinfo import ModelResolver, RetryPolicy
 from specdeploy.planning import inventory_from_nodes
@@ -237,6 +239,13 @@ def test_no_input_reaches_the_internal_error_boundary(
         assert desired.deployment is None and desired.service is None
     else:
         assert desired.deployment is not None and desired.service is not None
+        # A quantity the apiserver cannot parse fails the write with an HTTP 500, not a 422.
+        pod = desired.deployment["spec"]["template"]["spec"]
+        quantities = [v for c in pod["containers"] for kind in c["resources"].values() for v in kind.values()]
+        quantities += [
+            v["emptyDir"]["sizeLimit"] for v in pod["volumes"] if "sizeLimit" in v.get("emptyDir", {})
+        ]
+        assert all(re.match(QUANTITY_PATTERN, q) for q in quantities), quantities
 
 
 @settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
@@ -248,3 +257,9 @@ def test_the_webhook_review_answers_every_spec(spec: dict[str, Any]) -> None:
     with no_network():
         answer = admission.review(body(json.loads(json.dumps(spec))), resolver)
     assert answer is None or (isinstance(answer, str) and answer)
+
+
+def test_a_home_directory_of_an_unknown_user_is_a_model_not_found(resolver: ModelResolver) -> None:
+    desired = pipeline.compute(body(verifier={"model": "~no-such-user-here/model"}), resolver, h100s())
+    assert desired.blocked and desired.reason == "ModelNotFound", desired.message
+    assert "~no-such-user-here/model is not a directory" in desired.message

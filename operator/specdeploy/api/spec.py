@@ -237,6 +237,15 @@ class ModelAccess(ApiModel):
     )
 
 
+# The apiserver's grammar of a resource quantity (<signedNumber><suffix>): a value it cannot
+# parse fails the whole Deployment write with an HTTP 500, so the schema refuses it first.
+QUANTITY_PATTERN = (
+    r"^[+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+Quantity = Annotated[str, StringConstraints(pattern=QUANTITY_PATTERN, max_length=64)]
+
+
 class ModelCache(ApiModel):
     """Where model weights are stored: an existing PVC, or an ephemeral volume per pod."""
 
@@ -255,10 +264,8 @@ class ModelCache(ApiModel):
     claim_name: str | None = Field(
         default=None, max_length=253, description="Existing PersistentVolumeClaim mounted at the hub cache."
     )
-    size_limit: str | None = Field(
+    size_limit: Quantity | None = Field(
         default=None,
-        max_length=32,
-        pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|K|M|G|T)?$",
         description="Size limit of the ephemeral cache (emptyDir) when no claim is given, e.g. 200Gi.",
     )
     mount_path: str = Field(default="/root/.cache/huggingface", max_length=512, description="Mount path.")
@@ -299,15 +306,6 @@ class PodMetadata(ApiModel):
 
     labels: dict[str, str] = Field(default_factory=dict, description="Extra pod labels.")
     annotations: dict[str, str] = Field(default_factory=dict, description="Extra pod annotations.")
-
-
-# The apiserver's grammar of a resource quantity (<signedNumber><suffix>): a value it cannot
-# parse fails the whole Deployment write with an HTTP 500, so the schema refuses it first.
-QUANTITY_PATTERN = (
-    r"^[+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
-    r"(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
-)
-Quantity = Annotated[str, StringConstraints(pattern=QUANTITY_PATTERN, max_length=64)]
 
 
 class Resources(ApiModel):

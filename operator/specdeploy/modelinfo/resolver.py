@@ -89,7 +89,10 @@ class ModelResolver:
         (``SPECDEPLOY_HUB_ENDPOINT``), else huggingface_hub's own. ``network=False`` answers only
         from a local directory, the cache and the catalog (the catalog only for the default
         revision, which is what it describes)."""
-        local = Path(model).expanduser()
+        try:
+            local = Path(model).expanduser()
+        except RuntimeError as exc:  # "~name" for a user this machine does not have
+            raise ModelUnavailable("ModelNotFound", model, f"{model} is not a directory: {exc}") from exc
         if model.startswith((".", "/", "~")) or local.is_dir():
             if not (local / "config.json").is_file():
                 raise ModelUnavailable(
