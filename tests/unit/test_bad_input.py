@@ -263,3 +263,40 @@ def test_a_home_directory_of_an_unknown_user_is_a_model_not_found(resolver: Mode
     desired = pipeline.compute(body(verifier={"model": "~no-such-user-here/model"}), resolver, h100s())
     assert desired.blocked and desired.reason == "ModelNotFound", desired.message
     assert "~no-such-user-here/model is not a directory" in desired.message
+
+
+def test_a_model_name_too_long_for_a_path_is_a_model_not_found(resolver: ModelResolver) -> None:
+    desired = pipeline.compute(body(verifier={"model": "é" * 200}), resolver, h100s())  # 400 bytes
+    assert desired.blocked and desired.reason == "ModelNotFound", desired.message
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "refused"),
+    [
+        (422, 'Deployment.apps "pair" is invalid: spec.template.spec.nodeSelector: Invalid value', True),
+        (403, 'deployments.apps "pair" is forbidden: exceeded quota', True),
+        (
+            500,
+            "failed to create typed patch object (team/pair): .spec.template.spec.affinity.: not declared",
+            True,
+        ),
+        (500, "etcdserver: request timed out", False),
+        (409, "the object has been modified", False),
+    ],
+    ids=["invalid", "quota", "untypable", "etcd-timeout", "conflict"],
+)
+def test_which_apiserver_answers_to_an_apply_are_refusals(status: int, message: str, refused: bool) -> None:
+    """A refusal becomes ChildRejected with the apiserver's message; anything else is retried."""
+    from kubernetes.client.exceptions import ApiException
+
+    from specdeploy.controller.kube import ApiError, KubeClient, Refused
+
+    error = ApiException(status=status, reason="Reason")
+    error.body = json.dumps({"kind": "Status", "message": message, "code": status})
+    kube = KubeClient()
+    manifest = {"kind": "Deployment", "metadata": {"name": "pair", "namespace": NAMESPACE}}
+    with mock.patch.object(
+        KubeClient, "apps", mock.Mock(**{"patch_namespaced_deployment.side_effect": error})
+    ), pytest.raises(Refused if refused else ApiError) as raised:
+        kube.apply(manifest)
+    assert message in str(raised.value)

@@ -237,12 +237,10 @@ class ModelAccess(ApiModel):
     )
 
 
-# The apiserver's grammar of a resource quantity (<signedNumber><suffix>): a value it cannot
-# parse fails the whole Deployment write with an HTTP 500, so the schema refuses it first.
-QUANTITY_PATTERN = (
-    r"^[+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
-    r"(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
-)
+# The apiserver's grammar of a resource quantity (<signedNumber><suffix>, an integer exponent
+# of at most two digits): a value it cannot parse fails the whole Deployment write with an HTTP
+# 500, so the schema refuses it first.
+QUANTITY_PATTERN = r"^[+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?[0-9]{1,2}))?$"
 Quantity = Annotated[str, StringConstraints(pattern=QUANTITY_PATTERN, max_length=64)]
 
 

@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 # Answers to a write that name a problem with the object itself (invalid, refused by an admission
 # policy, over a quota): retrying the same write cannot succeed until something changes.
 REFUSED_STATUSES = (400, 403, 422)
+# Server-side apply answers 500 when the object cannot be typed at all (a field the schema does
+# not declare inside a free-form section, a quantity that does not parse): as permanent as a 422.
+UNTYPABLE = ("failed to create typed patch object", "failed to convert new object")
 
 
 class Refused(Exception):
@@ -117,9 +120,10 @@ class KubeClient:
         try:
             patch(**kwargs)
         except ApiException as exc:
-            if exc.status in REFUSED_STATUSES:
-                raise Refused(f"the apiserver refused the {kind}: {refusal_message(exc)}") from exc
-            raise ApiError(f"apply of {kind} {meta['name']}: {refusal_message(exc)}") from exc
+            message = refusal_message(exc)
+            if exc.status in REFUSED_STATUSES or (exc.status == 500 and message.startswith(UNTYPABLE)):
+                raise Refused(f"the apiserver refused the {kind}: {message}") from exc
+            raise ApiError(f"apply of {kind} {meta['name']}: {message}") from exc
 
     def patch_status(self, key: tuple[str | None, str], status: dict[str, Any]) -> None:
         namespace, name = key

@@ -91,10 +91,12 @@ class ModelResolver:
         revision, which is what it describes)."""
         try:
             local = Path(model).expanduser()
-        except RuntimeError as exc:  # "~name" for a user this machine does not have
+            is_local = model.startswith((".", "/", "~")) or local.is_dir()
+            has_config = is_local and (local / "config.json").is_file()
+        except (RuntimeError, OSError) as exc:  # "~name" of no such user; a name too long for a path
             raise ModelUnavailable("ModelNotFound", model, f"{model} is not a directory: {exc}") from exc
-        if model.startswith((".", "/", "~")) or local.is_dir():
-            if not (local / "config.json").is_file():
+        if is_local:
+            if not has_config:
                 raise ModelUnavailable(
                     "ModelNotFound", model, f"{model} is not a directory holding config.json"
                 )
