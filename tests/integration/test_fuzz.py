@@ -29,6 +29,7 @@ from kubernetes.client.exceptions import ApiException
 from clusterlib import Cluster, Kubectl, WaitFor
 from fuzzlib import any_spec, configmap_data, node_labels, secret_values
 from specdeploy import api
+from specdeploy.controller.kube import refusal_message
 from specdeploy.sandbox import nodes
 from specdeploy.sandbox.operator_process import LocalOperator
 
@@ -55,14 +56,6 @@ def _resource(namespace: str, name: str, spec: dict[str, Any]) -> dict[str, Any]
         "metadata": {"name": name, "namespace": namespace},
         "spec": spec,
     }
-
-
-def _refusal(exc: ApiException) -> str:
-    """The apiserver's message in a refusal (its Status body), or the HTTP reason."""
-    try:
-        return str(json.loads(exc.body or "{}").get("message") or exc.reason)
-    except ValueError:
-        return str(exc.reason)
 
 
 class Outcomes:
@@ -117,7 +110,7 @@ def _generate(
                 api.GROUP, api.VERSION, namespace, api.PLURAL, _resource(namespace, name, spec)
             )
         except ApiException as exc:
-            message = _refusal(exc)
+            message = refusal_message(exc)
             if exc.status in (400, 422) and message:
                 kind = "webhook" if "admission webhook" in message else "schema"
                 outcomes.refused[kind] += 1
