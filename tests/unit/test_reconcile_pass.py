@@ -15,7 +15,7 @@ import contextlib
 import copy
 import socket
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -709,6 +709,24 @@ def test_status_for_blocked_keeps_what_still_runs_only_while_a_deployment_exists
     for name in ("command", "endpoint", "selector", "tensorParallelSize", "plan"):
         assert gone[name] is None
     assert conditions_of(gone)[api.READY] == ("False", "PairingFailed")
+
+
+def test_a_refused_service_leaves_running_pods_not_ready() -> None:
+    """Engine pods ready behind a Service the apiserver refused serve nobody: Ready=False with the
+    refusal as its reason; with a Service standing the same block is PreviousVersionServing."""
+    body = resource()
+    desired = pipeline.compute(body, ModelResolver(), _h100_inventory())
+    assert desired.deployment is not None
+    running = stored(diffing.stamped(desired.deployment), "12", **rolled_out())
+    refused = replace(
+        desired, blocked=True, reason="ChildRejected", message="the apiserver refused the Service", retry=True
+    )
+    conds = {c.type: c for c in status.lifecycle_conditions(refused, running, 1, reachable=False)}
+    assert (conds[api.READY].status, conds[api.READY].reason) == ("False", "ChildRejected")
+    assert "1 engine pods are ready but no Service reaches them" in conds[api.READY].message
+    assert (conds[api.DEGRADED].status, conds[api.DEGRADED].reason) == ("True", "ChildRejected")
+    conds = {c.type: c for c in status.lifecycle_conditions(refused, running, 1, reachable=True)}
+    assert (conds[api.READY].status, conds[api.READY].reason) == ("True", "PreviousVersionServing")
 
 
 def test_lifecycle_reports_a_failed_rollout_as_degraded() -> None:

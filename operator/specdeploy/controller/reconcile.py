@@ -200,10 +200,13 @@ class Reconciler:
             self.kube.read_secret if self.read_secrets else None,
         )
         deployment = view.deployment(key)
+        service = view.service(key)
         if not desired.blocked:
-            desired = await self._apply_children(key, desired, deployment, view.service(key))
+            desired = await self._apply_children(key, desired, deployment, service)
         reading = None if self.engine_metrics is None else self.engine_metrics.reading(key)
-        new_status, transitions = status.status_for(body, desired, deployment, view.pods(key), reading)
+        new_status, transitions = status.status_for(
+            body, desired, deployment, view.pods(key), reading, reachable=service is not None
+        )
         metrics.publish_acceptance(key, {**(body.get("status") or {}), **(new_status or {})})
         if new_status is not None:
             fingerprint = diffing.status_fingerprint(new_status)

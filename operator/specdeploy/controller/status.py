@@ -45,14 +45,25 @@ def _deployment_matches(result: Desired, deployment: dict[str, Any] | None) -> b
 
 
 def lifecycle_conditions(
-    result: Desired, deployment: dict[str, Any] | None, spec_replicas: int, pods: Sequence[PodView] = ()
+    result: Desired,
+    deployment: dict[str, Any] | None,
+    spec_replicas: int,
+    pods: Sequence[PodView] = (),
+    reachable: bool = True,
 ) -> list[Condition]:
     """Ready, Progressing and Degraded from the pipeline result, the Deployment's rollout and,
-    while it is incomplete, the first failing engine pod (its reason names what went wrong)."""
+    while it is incomplete, the first failing engine pod (its reason names what went wrong).
+    ``reachable`` says whether a Service exists: a blocked resource whose pods run but that no
+    Service reaches (its creation refused) is not serving anyone."""
     replicas, ready, _, done = _rollout(deployment, spec_replicas)
     if result.blocked:
-        serving = ready > 0
-        note = f"; the previous Deployment keeps serving ({ready} ready)" if serving else ""
+        serving = ready > 0 and reachable
+        if serving:
+            note = f"; the previous Deployment keeps serving ({ready} ready)"
+        elif ready:
+            note = f"; {ready} engine pods are ready but no Service reaches them"
+        else:
+            note = ""
         return [
             _cond(
                 api.READY,
@@ -156,6 +167,7 @@ def status_for(
     deployment: dict[str, Any] | None,
     pods: Sequence[PodView] = (),
     reading: acceptance.Reading | None = None,
+    reachable: bool = True,
 ) -> tuple[dict[str, Any] | None, list[conditions.Transition]]:
     """The status to write (None when unchanged) and the condition transitions to report."""
     current = body.get("status") or {}
@@ -181,7 +193,11 @@ def status_for(
     figures, effective = speculation(body, command, reading, len(serving(pods, command)))
     if figures is not None:
         desired["acceptance"] = figures.model_dump(by_alias=True, exclude_none=True)
-    conds = [*lifecycle_conditions(result, deployment, spec_replicas, pods), *result.conditions, effective]
+    conds = [
+        *lifecycle_conditions(result, deployment, spec_replicas, pods, reachable),
+        *result.conditions,
+        effective,
+    ]
     merged, transitions = conditions.merge(current.get("conditions") or [], conds, generation)
     unchanged = (
         conditions.same(current.get("conditions") or [], merged)
