@@ -117,7 +117,7 @@ def compute(
         plan = _planned(effective, resolved, inventory, progress)
         effective = _with_plan(effective, plan)
         _check_engine_rules(effective, progress)
-        return _with_children(body, effective, plan, progress)
+        return _with_children(body, effective, plan, inventory, progress)
     except _Blocked as blocked:
         return blocked.desired
     except Unreachable:
@@ -204,7 +204,11 @@ def _with_plan(spec: api.SpeculativeDeploymentSpec, plan: api.Plan) -> api.Specu
 
 
 def _with_children(
-    body: dict[str, Any], spec: api.SpeculativeDeploymentSpec, plan: api.Plan, progress: _Progress
+    body: dict[str, Any],
+    spec: api.SpeculativeDeploymentSpec,
+    plan: api.Plan,
+    inventory: planning.Inventory,
+    progress: _Progress,
 ) -> Desired:
     """The Deployment and Service of the effective spec, and the status fields they settle."""
     meta = body.get("metadata", {})
@@ -220,7 +224,7 @@ def _with_children(
     return Desired(
         blocked=False,
         deployment=children.build_deployment(
-            name, namespace, spec, launch, planning.placement(plan), owner=owner
+            name, namespace, spec, launch, planning.placement(plan, inventory), owner=owner
         ),
         service=children.build_service(name, namespace, spec, launch, owner=owner),
         status=api.SpeculativeDeploymentStatus(**progress.fields),

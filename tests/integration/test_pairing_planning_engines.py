@@ -259,3 +259,101 @@ def test_sglang_example_is_ready_with_eight_gpus_on_one_node(
     node = get(kubectl, "", "node", pod["spec"]["nodeName"])
     assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8"
     assert current["status"]["endpoint"].endswith(":30000/v1")
+
+
+def add_cloud_node(
+    cluster: Cluster, name: str, product: str, memory_mib: int, labels: dict[str, str]
+) -> None:
+    """A simulated GPU node labelled as a managed cloud labels it: no GPU feature discovery labels."""
+    from specdeploy.sandbox import nodes
+
+    manifest = nodes.node_manifest(nodes.gpu_node(name, product, 8, memory_mib))
+    node_labels = manifest["metadata"]["labels"]
+    for gfd in [key for key in node_labels if key.startswith("nvidia.com/gpu.")]:
+        del node_labels[gfd]
+    node_labels |= labels
+    nodes.core_v1_for(cluster.kubeconfig).create_node(body=manifest)
+
+
+@pytest.mark.parametrize(
+    ("cloud", "product", "memory_mib", "alias", "labels", "pin"),
+    [
+        (
+            "gke",
+            "NVIDIA-B200",
+            183359,
+            "b200",
+            {"cloud.google.com/gke-accelerator": "nvidia-b200"},
+            "cloud.google.com/gke-accelerator",
+        ),
+        (
+            "eks",
+            "NVIDIA-H200",
+            143771,
+            "h200",
+            {"node.kubernetes.io/instance-type": "p5e.48xlarge"},
+            "node.kubernetes.io/instance-type",
+        ),
+        (
+            "aks",
+            "NVIDIA-A100-SXM4-80GB",
+            81920,
+            "a100-80gb",
+            {
+                "kubernetes.azure.com/accelerator": "nvidia",
+                "node.kubernetes.io/instance-type": "Standard_ND96amsr_A100_v4",
+            },
+            "node.kubernetes.io/instance-type",
+        ),
+    ],
+)
+def test_cloud_labelled_gpu_nodes_are_planned_like_gfd_nodes(
+    kubectl: Kubectl,
+    namespace: str,
+    wait_for: WaitFor,
+    cluster: Cluster,
+    cloud: str,
+    product: str,
+    memory_mib: int,
+    alias: str,
+    labels: dict[str, str],
+    pin: str,
+) -> None:
+    node_name = f"{cloud}-{namespace[-6:]}"
+    add_cloud_node(cluster, node_name, product, memory_mib, labels)
+    try:
+        body: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+        body["metadata"]["name"] = f"on-{cloud}"
+        body["spec"]["parallelism"] = {"tensor": 1, "gpuProduct": alias}
+        apply(kubectl, namespace, body)
+        current = wait_for(lambda: ready(kubectl, namespace, f"on-{cloud}"), 60, f"Ready on a {cloud} node")
+        assert current["status"]["plan"]["gpuProduct"] == product
+        assert pods_of(kubectl, namespace, f"on-{cloud}")[0]["spec"]["nodeName"] == node_name
+        pod_spec = get(kubectl, namespace, "deployment", f"on-{cloud}")["spec"]["template"]["spec"]
+        terms = pod_spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        (requirement,) = terms["nodeSelectorTerms"][0]["matchExpressions"]
+        assert requirement["key"] == pin and labels[pin] in requirement["values"]
+    finally:
+        kubectl("delete", "node", node_name, "--wait=false")
+
+
+def test_an_unlabelled_gpu_node_is_named_with_the_fix(
+    kubectl: Kubectl, namespace: str, wait_for: WaitFor, cluster: Cluster
+) -> None:
+    node_name = f"bare-{namespace[-6:]}"
+    add_cloud_node(cluster, node_name, "NVIDIA-H200", 143771, {})
+    try:
+        body: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+        body["metadata"]["name"] = "on-bare"
+        body["spec"]["parallelism"] = {"tensor": 1, "gpuProduct": "h200"}
+        apply(kubectl, namespace, body)
+        cond = wait_for_condition(kubectl, wait_for, namespace, "on-bare", "Schedulable", "False", 30)
+        assert cond["reason"] == "GpuNodeNotRecognized"
+        assert (
+            f"node {node_name} has 8 allocatable nvidia.com/gpu but no label naming its GPU"
+            in cond["message"]
+        )
+        assert f"kubectl label node {node_name} nvidia.com/gpu.product=" in cond["message"]
+        assert pods_of(kubectl, namespace, "on-bare") == []
+    finally:
+        kubectl("delete", "node", node_name, "--wait=false")

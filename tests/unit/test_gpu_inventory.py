@@ -174,3 +174,73 @@ def test_parse_gpus_flag() -> None:
 def test_parse_gpus_flag_rejects_bad_input(text: str, fragment: str) -> None:
     with pytest.raises(planning.GpuInventoryError, match=fragment):
         planning.parse_gpus_flag(text)
+
+
+def cloud_node(name: str, labels: dict[str, str], gpus: str | None = "8") -> dict[str, Any]:
+    """A GPU node as a managed cloud labels it: no GPU feature discovery labels."""
+    manifest = node(name, product=None, allocatable=gpus, memory=None)
+    manifest["metadata"]["labels"] |= labels
+    return manifest
+
+
+@pytest.mark.parametrize(
+    ("labels", "product", "label"),
+    [
+        ({"cloud.google.com/gke-accelerator": "nvidia-l4"}, "NVIDIA-L4", "cloud.google.com/gke-accelerator"),
+        (
+            {"cloud.google.com/gke-accelerator": "nvidia-h100-mega-80gb"},
+            "NVIDIA-H100-80GB-HBM3",
+            "cloud.google.com/gke-accelerator",
+        ),
+        ({"k8s.amazonaws.com/accelerator": "nvidia-tesla-t4"}, "Tesla-T4", "k8s.amazonaws.com/accelerator"),
+        (
+            {"node.kubernetes.io/instance-type": "p5.48xlarge"},
+            "NVIDIA-H100-80GB-HBM3",
+            "node.kubernetes.io/instance-type",
+        ),
+        (
+            {
+                "kubernetes.azure.com/accelerator": "nvidia",
+                "node.kubernetes.io/instance-type": "Standard_NC24ads_A100_v4",
+            },
+            "NVIDIA-A100-SXM4-80GB",
+            "node.kubernetes.io/instance-type",
+        ),
+    ],
+)
+def test_cloud_labelled_nodes_are_recognised(labels: dict[str, str], product: str, label: str) -> None:
+    inventory = planning.inventory_from_nodes([cloud_node("gpu-0", labels)])
+    assert [(n.product, n.gpus, n.label) for n in inventory.nodes] == [(product, 8, label)]
+    assert inventory.nodes[0].memory_mib == gpus.lookup_gpu(product).memory_mib  # type: ignore[union-attr]
+    assert inventory.unlabelled == ()
+
+
+def test_gfd_label_wins_over_cloud_labels() -> None:
+    manifest = node("gpu-0", "NVIDIA-L4", "4", "23034")
+    manifest["metadata"]["labels"]["cloud.google.com/gke-accelerator"] = "nvidia-tesla-t4"
+    assert [(n.product, n.label) for n in planning.inventory_from_nodes([manifest]).nodes] == [
+        ("NVIDIA-L4", "nvidia.com/gpu.product")
+    ]
+
+
+def test_unlabelled_gpu_nodes_are_set_aside_with_the_fix() -> None:
+    unnamed = cloud_node("bare-0", {"node.kubernetes.io/instance-type": "m7i.large"})
+    aks = cloud_node("aks-0", {"kubernetes.azure.com/accelerator": "nvidia"}, gpus=None)
+    inventory = planning.inventory_from_nodes([unnamed, aks, node("cpu-0", None, None, None)])
+    assert inventory.nodes == ()
+    assert [(n.name, n.gpus) for n in inventory.unlabelled] == [("aks-0", 0), ("bare-0", 8)]
+    no_plugin, bare = (n.problem() for n in inventory.unlabelled)
+    assert "no allocatable nvidia.com/gpu" in no_plugin and "device plugin" in no_plugin
+    assert bare.startswith("node bare-0 has 8 allocatable nvidia.com/gpu but no label naming its GPU")
+    assert "node.kubernetes.io/instance-type=m7i.large" in bare
+    assert "kubectl label node bare-0 nvidia.com/gpu.product=" in bare
+
+
+def test_cloud_label_values_are_pinned_in_full() -> None:
+    """Every value naming the product, so a node of another size joining leaves the pin alone."""
+    assert gpus.label_values("node.kubernetes.io/instance-type", "NVIDIA-H100-80GB-HBM3") == (
+        "Standard_ND96isr_H100_v5",
+        "p5.48xlarge",
+        "p5.4xlarge",
+    )
+    assert gpus.label_values("nvidia.com/gpu.product", "NVIDIA-L4") == ("NVIDIA-L4",)

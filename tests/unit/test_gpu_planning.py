@@ -381,3 +381,34 @@ def test_placement() -> None:
         ),
         tolerations=({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},),
     )
+
+
+def test_placement_pins_with_the_label_that_named_the_product() -> None:
+    gke = {"cloud.google.com/gke-accelerator": "nvidia-tesla-a100"}
+    nodes = [
+        {"metadata": {"name": f"gke-{i}", "labels": gke}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+        for i in range(2)
+    ]
+    inventory = planning.inventory_from_nodes(nodes)
+    plan = planned(planning.plan(spec(), qwen3_30b_a3b(), redhat_qwen3_30b_speculator(), inventory))
+    assert plan.gpu_product == "NVIDIA-A100-SXM4-40GB"
+    assert planning.placement(plan, inventory).node_requirements == (
+        {
+            "key": "cloud.google.com/gke-accelerator",
+            "operator": "In",
+            "values": ["nvidia-a100", "nvidia-tesla-a100"],
+        },
+    )
+
+
+def test_unlabelled_gpu_node_names_the_node_and_the_fix() -> None:
+    bare = {
+        "metadata": {"name": "gpu-7", "labels": {"kubernetes.io/hostname": "gpu-7"}},
+        "status": {"allocatable": {"nvidia.com/gpu": "8"}},
+    }
+    inventory = planning.inventory_from_nodes([bare])
+    outcome = planning.plan(spec(parallelism={"gpuProduct": "h100-80gb"}), qwen3_30b_a3b(), None, inventory)
+    assert outcome.reason is Reason.GPU_NODE_NOT_RECOGNIZED
+    assert "node gpu-7 has 8 allocatable nvidia.com/gpu but no label naming its GPU" in outcome.message
+    assert "kubernetes.io/hostname=gpu-7" in outcome.message
+    assert "kubectl label node gpu-7 nvidia.com/gpu.product=" in outcome.message

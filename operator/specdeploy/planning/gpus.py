@@ -1,15 +1,18 @@
-"""GPU products: the built-in table, product-string lookup, and how NVIDIA labels GPU nodes.
+"""GPU products: the built-in table, product-string lookup, and how clusters label GPU nodes.
 
-The one place for the GPU feature discovery (GFD) label names and the GPU taint with its
-toleration (the resource name itself is ``api.GPU_RESOURCE``): the inventory reads nodes with
-them, the planner's placement pins and tolerates with them, the sandbox labels and taints its
-simulated nodes with them. The built-in table (data/gpus.yaml) fills gaps in node labels and
-makes offline planning possible.
+The one place for the node label names that say which GPU a node has (NVIDIA GPU feature
+discovery's, and the ones GKE, EKS and AKS set) and for the GPU taint with its toleration (the
+resource name itself is ``api.GPU_RESOURCE``): the inventory reads nodes with them, the planner's
+placement pins and tolerates with them, the sandbox labels and taints its simulated nodes with
+them. The built-in table (data/gpus.yaml) maps cloud label values to products, fills gaps in node
+labels and makes offline planning possible.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -23,6 +26,16 @@ PRESENT_LABEL = "nvidia.com/gpu.present"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 MEMORY_LABEL = "nvidia.com/gpu.memory"
 COUNT_LABEL = "nvidia.com/gpu.count"
+# What managed clouds put on GPU nodes instead of (or before) GPU feature discovery's labels.
+GKE_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
+EKS_ACCELERATOR_LABEL = "k8s.amazonaws.com/accelerator"
+# AKS labels GPU nodes with the vendor only ("nvidia"): the instance type names the GPU there.
+AKS_ACCELERATOR_LABEL = "kubernetes.azure.com/accelerator"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+# Labels whose values name a GPU in the table's `accelerators` lists, in the order they are read.
+ACCELERATOR_LABELS = (GKE_ACCELERATOR_LABEL, EKS_ACCELERATOR_LABEL)
+# Labels that say a node has GPUs, even where they name none the table knows.
+GPU_NODE_LABELS = (PRESENT_LABEL, PRODUCT_LABEL, *ACCELERATOR_LABELS, AKS_ACCELERATOR_LABEL)
 # GPU nodes are tainted so that only pods asking for GPUs land there; engine pods tolerate it.
 GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
@@ -44,6 +57,8 @@ class GpuType(BaseModel):
     products: tuple[str, ...] = Field(min_length=1)
     memory_mib: int = Field(alias="memoryMiB", gt=0)
     fp8: bool
+    accelerators: tuple[str, ...] = ()
+    instance_types: tuple[str, ...] = Field(default=(), alias="instanceTypes")
 
     @property
     def product(self) -> str:
@@ -77,6 +92,55 @@ def _index() -> dict[str, GpuType]:
         for name in (gpu.alias, *gpu.aliases, *gpu.products):
             index[_key(name)] = gpu
     return index
+
+
+@cache
+def _label_index() -> dict[tuple[str, str], GpuType]:
+    """(label, value) -> GPU for the cloud labels the table lists values of."""
+    index = {
+        (label, value): gpu
+        for gpu in gpu_table()
+        for value in gpu.accelerators
+        for label in ACCELERATOR_LABELS
+    }
+    index |= {(INSTANCE_TYPE_LABEL, value): gpu for gpu in gpu_table() for value in gpu.instance_types}
+    return index
+
+
+def label_values(label: str, product: str) -> tuple[str, ...]:
+    """The values of ``label`` that name ``product``: the table's (all of them, so a pin does not
+    change as nodes come and go) for cloud labels, the product string itself for GPU feature
+    discovery's label."""
+    if label == PRODUCT_LABEL:
+        return (product,)
+    gpu = lookup_gpu(product)
+    if gpu is None:
+        return ()
+    return tuple(sorted(value for (key, value), row in _label_index().items() if key == label and row == gpu))
+
+
+@dataclass(frozen=True)
+class NodeProduct:
+    """The GPU a node's labels name: ``product`` for planning, ``label=value`` to pin pods on."""
+
+    product: str
+    label: str
+    value: str
+
+
+def node_product(labels: Mapping[str, str]) -> NodeProduct | None:
+    """Which GPU a node has, from the first label that says: GPU feature discovery's product
+    label (any value, known or not), then a cloud accelerator label, then the instance type; the
+    last two only when the built-in table knows the value. None: no label names the GPU."""
+    gfd = labels.get(PRODUCT_LABEL)
+    if gfd:
+        return NodeProduct(gfd, PRODUCT_LABEL, gfd)
+    for label in (*ACCELERATOR_LABELS, INSTANCE_TYPE_LABEL):
+        value = labels.get(label)
+        gpu = _label_index().get((label, value)) if value else None
+        if value and gpu is not None:
+            return NodeProduct(gpu.product, label, value)
+    return None
 
 
 def lookup_gpu(name: str) -> GpuType | None:

@@ -2,7 +2,9 @@
 
 The planner needs, per GPU product, its memory and how many GPUs one node can give a pod:
 allocatable ``nvidia.com/gpu`` says the second, GPU feature discovery labels or the built-in
-table (``planning.gpus``) the first.
+table (``planning.gpus``) the first. Which product a node has comes from GPU feature discovery's
+label or, on managed clouds, from their accelerator or instance-type labels; a GPU node no label
+names is kept aside, so the planner can say which node to label and how.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ from specdeploy.api import GPU_RESOURCE
 from specdeploy.planning.gpus import (
     COUNT_LABEL,
     GIB,
+    GPU_NODE_LABELS,
     MEMORY_LABEL,
     MIB,
     PRODUCT_LABEL,
     GpuType,
     known_aliases,
     lookup_gpu,
+    node_product,
 )
 
 # The node lifecycle controller's taints on a node it does not consider Ready.
@@ -40,16 +44,49 @@ class GpuInventoryError(ValueError):
 
 @dataclass(frozen=True)
 class GpuNode:
-    """One schedulable node's GPUs: what a single pod there could request."""
+    """One schedulable node's GPUs: what a single pod there could request.
+
+    ``label`` is the node label that named the product: engine pods are pinned to it with it.
+    """
 
     name: str
     product: str
     gpus: int
     memory_mib: int | None
+    label: str = PRODUCT_LABEL
 
     @property
     def memory_gib(self) -> float | None:
         return _gib(self.memory_mib)
+
+
+@dataclass(frozen=True)
+class UnlabelledGpuNode:
+    """A schedulable node that has GPUs (or says it has) but no label the planner can use."""
+
+    name: str
+    gpus: int
+    labels: tuple[tuple[str, str], ...]
+
+    def problem(self) -> str:
+        """What is wrong with the node and the labels to add, for a condition message."""
+        shown = ", ".join(f"{k}={v}" for k, v in self.labels[:_SHOWN_LABELS]) or "none"
+        if len(self.labels) > _SHOWN_LABELS:
+            shown += f", ... ({len(self.labels) - _SHOWN_LABELS} more)"
+        if self.gpus == 0:
+            return (
+                f"node {self.name} is labelled as a GPU node but has no allocatable {GPU_RESOURCE}: "
+                f"is the NVIDIA device plugin running there? (labels: {shown})"
+            )
+        return (
+            f"node {self.name} has {self.gpus} allocatable {GPU_RESOURCE} but no label naming its GPU "
+            f"(labels: {shown}); add one: kubectl label node {self.name} {PRODUCT_LABEL}=<product, "
+            f"e.g. NVIDIA-L4> {MEMORY_LABEL}=<MiB per GPU> (GPU feature discovery sets both; a product "
+            f"in the built-in table needs no memory label)"
+        )
+
+
+_SHOWN_LABELS = 12
 
 
 @dataclass(frozen=True)
@@ -76,6 +113,7 @@ class Inventory:
     """The GPU nodes a replica could be placed on."""
 
     nodes: tuple[GpuNode, ...] = ()
+    unlabelled: tuple[UnlabelledGpuNode, ...] = ()
 
     def products(self) -> list[ProductCapacity]:
         """Products present, sorted by name; memory is the smallest any node reports (safe side)."""
@@ -109,7 +147,16 @@ class Inventory:
             lines.append(
                 f"{cap.nodes} {plural} x {cap.max_gpus_per_node} {cap.display} ({cap.product}, {memory})"
             )
+        lines += [f"unusable: {node.problem()}" for node in self.unlabelled]
         return "\n".join(lines) if lines else "no schedulable GPU nodes"
+
+    def label_counts(self, product: str) -> dict[str, int]:
+        """For the nodes of ``product``: how many carry each label that named it."""
+        counts: dict[str, int] = {}
+        for node in self.nodes:
+            if node.product == product:
+                counts[node.label] = counts.get(node.label, 0) + 1
+        return counts
 
 
 def _positive_int(value: Any) -> int | None:
@@ -167,11 +214,13 @@ def inventory_from_nodes(nodes: Iterable[Mapping[str, Any]]) -> Inventory:
 
     Allocatable ``nvidia.com/gpu`` is what a pod can request, so it decides the GPU count; the
     ``nvidia.com/gpu.count`` label is only a fallback while the device plugin has not reported.
-    Nodes without GPUs, cordoned or not Ready are left out. Memory comes from the GFD label, else
-    from the built-in table; an unknown product without the label keeps memory None. Nodes are
-    sorted by name, so the same cluster always gives an equal inventory.
+    Nodes without GPUs, cordoned or not Ready are left out; GPU nodes no label names (or labelled
+    as GPU nodes without allocatable GPUs) go to ``unlabelled``. Memory comes from the GFD label,
+    else from the built-in table; an unknown product without the label keeps memory None. Nodes
+    are sorted by name, so the same cluster always gives an equal inventory.
     """
     found = []
+    unlabelled = []
     for node in nodes:
         if not _schedulable(node):
             continue
@@ -180,16 +229,20 @@ def inventory_from_nodes(nodes: Iterable[Mapping[str, Any]]) -> Inventory:
         status = node.get("status") or {}
         allocatable = (status.get("allocatable") or {}).get(GPU_RESOURCE)
         gpus = _positive_int(allocatable if allocatable is not None else labels.get(COUNT_LABEL))
-        if gpus is None:
+        named = node_product(labels)
+        name = str(metadata.get("name", ""))
+        if gpus is None or named is None:
+            if gpus is not None or any(label in labels for label in GPU_NODE_LABELS):
+                unlabelled.append(UnlabelledGpuNode(name, gpus or 0, tuple(sorted(labels.items()))))
             continue
-        product = labels.get(PRODUCT_LABEL) or "unknown"
         memory_mib = _positive_int(labels.get(MEMORY_LABEL))
         if memory_mib is None:
-            gpu = lookup_gpu(product)
+            gpu = lookup_gpu(named.product)
             memory_mib = gpu.memory_mib if gpu else None
-        name = str(metadata.get("name", ""))
-        found.append(GpuNode(name=name, product=product, gpus=gpus, memory_mib=memory_mib))
-    return Inventory(tuple(sorted(found, key=lambda n: n.name)))
+        found.append(GpuNode(name, named.product, gpus, memory_mib, named.label))
+    return Inventory(
+        tuple(sorted(found, key=lambda n: n.name)), tuple(sorted(unlabelled, key=lambda n: n.name))
+    )
 
 
 _ENTRY = re.compile(r"^(?P<gpu>[A-Za-z0-9][A-Za-z0-9._-]*):(?P<gpus>\d+)(?:x(?P<nodes>\d+))?$")

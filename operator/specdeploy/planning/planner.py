@@ -24,6 +24,7 @@ from specdeploy.planning.gpus import (
     display_name,
     gpu_table,
     known_aliases,
+    label_values,
     lookup_gpu,
     same_gpu,
 )
@@ -57,6 +58,7 @@ class Reason(StrEnum):
     INVALID_TENSOR_PARALLEL_SIZE = "InvalidTensorParallelSize"
     INVALID_DRAFT_TENSOR_PARALLEL_SIZE = "InvalidDraftTensorParallelSize"
     UNKNOWN_GPU_PRODUCT = "UnknownGpuProduct"
+    GPU_NODE_NOT_RECOGNIZED = "GpuNodeNotRecognized"
     INVALID_MAX_MODEL_LEN = "InvalidMaxModelLen"
     INCOMPLETE_MODEL_CONFIG = "IncompleteModelConfig"
 
@@ -152,9 +154,21 @@ def plan(
         estimate = _estimate(spec, verifier, speculator, _context_length(spec, verifier))
         shardable = _shardable(spec, verifier, speculator, estimate)
         capacities, nodes = _candidates(spec, inventory, estimate, shardable)
-        return _choose(spec, verifier, estimate, shardable, capacities, nodes)
+        outcome = _choose(spec, verifier, estimate, shardable, capacities, nodes)
     except _Refused as refused:
-        return refused.outcome
+        outcome = refused.outcome
+    return _with_unlabelled_nodes(outcome, inventory)
+
+
+def _with_unlabelled_nodes(outcome: PlanOutcome, inventory: Inventory) -> PlanOutcome:
+    """A placement failure while GPU nodes lack a usable label names those nodes and the fix:
+    the GPUs that would fit may be on them."""
+    if outcome.fits or not inventory.unlabelled:
+        return outcome
+    if outcome.reason not in (Reason.NO_NODE_FITS, Reason.UNKNOWN_GPU_PRODUCT):
+        return outcome
+    problems = "; ".join(node.problem() for node in inventory.unlabelled)
+    return replace(outcome, reason=Reason.GPU_NODE_NOT_RECOGNIZED, message=f"{outcome.message}; {problems}")
 
 
 def _context_length(spec: api.SpeculativeDeploymentSpec, verifier: ModelInfo) -> int:
@@ -369,11 +383,20 @@ class Placement:
     tolerations: tuple[dict[str, Any], ...]
 
 
-def placement(plan: api.Plan) -> Placement:
-    """The plan's GPUs per replica, its GPU product as a node requirement, the GPU toleration."""
+def placement(plan: api.Plan, inventory: Inventory | None = None) -> Placement:
+    """The plan's GPUs per replica, its GPU product as a node requirement, the GPU toleration.
+
+    The product is pinned with the label that named it on the inventory's nodes (GPU feature
+    discovery's, a cloud accelerator label or the instance type) and every value of that label
+    naming the product; nodes of one product named by different labels are pinned by the label
+    most of them carry (GPU feature discovery's on a tie).
+    """
     requirements = []
     if plan.gpu_product:
-        requirements.append({"key": PRODUCT_LABEL, "operator": "In", "values": [plan.gpu_product]})
+        counts = inventory.label_counts(plan.gpu_product) if inventory is not None else {}
+        key = max(counts, key=lambda k: (counts[k], k == PRODUCT_LABEL), default=PRODUCT_LABEL)
+        values = label_values(key, plan.gpu_product) or (plan.gpu_product,)
+        requirements.append({"key": key, "operator": "In", "values": list(values)})
     return Placement(
         gpus=plan.gpus_per_replica,
         node_requirements=tuple(requirements),
