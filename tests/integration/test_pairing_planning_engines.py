@@ -43,6 +43,14 @@ def wait_for_condition(
     return wait_for(reached, timeout, f"{type_}={status} on {name}")
 
 
+def apply_example_on(kubectl: Kubectl, namespace: str, name: str, gpu_product: str) -> None:
+    """The example pair at TP 1, named ``name``, asking for one GPU product."""
+    body: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    body["metadata"]["name"] = name
+    body["spec"]["parallelism"] = {"tensor": 1, "gpuProduct": gpu_product}
+    apply(kubectl, namespace, body)
+
+
 def pods_of(kubectl: Kubectl, namespace: str, name: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = get(kubectl, namespace, "pods", "-l", f"app.kubernetes.io/instance={name}")[
         "items"
@@ -214,10 +222,7 @@ def test_no_node_fits_until_a_suitable_node_joins(
 ) -> None:
     from specdeploy.sandbox import nodes
 
-    body: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
-    body["metadata"]["name"] = "b200-only"
-    body["spec"]["parallelism"] = {"tensor": 1, "gpuProduct": "b200"}
-    apply(kubectl, namespace, body)
+    apply_example_on(kubectl, namespace, "b200-only", "b200")
     cond = wait_for_condition(kubectl, wait_for, namespace, "b200-only", "Schedulable", "False", 30)
     assert cond["reason"] == "NoNodeFits"
     assert "B200" in cond["message"]
@@ -322,10 +327,7 @@ def test_cloud_labelled_gpu_nodes_are_planned_like_gfd_nodes(
     node_name = f"{cloud}-{namespace[-6:]}"
     add_cloud_node(cluster, node_name, product, memory_mib, labels)
     try:
-        body: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
-        body["metadata"]["name"] = f"on-{cloud}"
-        body["spec"]["parallelism"] = {"tensor": 1, "gpuProduct": alias}
-        apply(kubectl, namespace, body)
+        apply_example_on(kubectl, namespace, f"on-{cloud}", alias)
         current = wait_for(lambda: ready(kubectl, namespace, f"on-{cloud}"), 60, f"Ready on a {cloud} node")
         assert current["status"]["plan"]["gpuProduct"] == product
         assert pods_of(kubectl, namespace, f"on-{cloud}")[0]["spec"]["nodeName"] == node_name
@@ -343,10 +345,7 @@ def test_an_unlabelled_gpu_node_is_named_with_the_fix(
     node_name = f"bare-{namespace[-6:]}"
     add_cloud_node(cluster, node_name, "NVIDIA-H200", 143771, {})
     try:
-        body: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
-        body["metadata"]["name"] = "on-bare"
-        body["spec"]["parallelism"] = {"tensor": 1, "gpuProduct": "h200"}
-        apply(kubectl, namespace, body)
+        apply_example_on(kubectl, namespace, "on-bare", "h200")
         cond = wait_for_condition(kubectl, wait_for, namespace, "on-bare", "Schedulable", "False", 30)
         assert cond["reason"] == "GpuNodeNotRecognized"
         assert (
