@@ -116,16 +116,19 @@ def label_values(label: str, product: str) -> tuple[str, ...]:
     gpu = lookup_gpu(product)
     if gpu is None:
         return ()
-    return tuple(sorted(value for (key, value), row in _label_index().items() if key == label and row == gpu))
+    if label in ACCELERATOR_LABELS:
+        return tuple(sorted(gpu.accelerators))
+    if label == INSTANCE_TYPE_LABEL:
+        return tuple(sorted(gpu.instance_types))
+    return ()
 
 
 @dataclass(frozen=True)
 class NodeProduct:
-    """The GPU a node's labels name: ``product`` for planning, ``label=value`` to pin pods on."""
+    """The GPU a node's labels name: ``product`` for planning, ``label`` to pin pods with."""
 
     product: str
     label: str
-    value: str
 
 
 def node_product(labels: Mapping[str, str]) -> NodeProduct | None:
@@ -134,12 +137,12 @@ def node_product(labels: Mapping[str, str]) -> NodeProduct | None:
     last two only when the built-in table knows the value. None: no label names the GPU."""
     gfd = labels.get(PRODUCT_LABEL)
     if gfd:
-        return NodeProduct(gfd, PRODUCT_LABEL, gfd)
+        return NodeProduct(gfd, PRODUCT_LABEL)
     for label in (*ACCELERATOR_LABELS, INSTANCE_TYPE_LABEL):
         value = labels.get(label)
         gpu = _label_index().get((label, value)) if value else None
         if value and gpu is not None:
-            return NodeProduct(gpu.product, label, value)
+            return NodeProduct(gpu.product, label)
     return None
 
 

@@ -46,7 +46,7 @@ class GpuInventoryError(ValueError):
 class GpuNode:
     """One schedulable node's GPUs: what a single pod there could request.
 
-    ``label`` is the node label that named the product: engine pods are pinned to it with it.
+    ``label`` is the node label that named the product; engine pods are pinned with it.
     """
 
     name: str
