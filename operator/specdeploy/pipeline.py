@@ -18,12 +18,14 @@ from pydantic import ValidationError
 from specdeploy import api, children, engines, pairing, planning
 from specdeploy.api import Condition
 from specdeploy.modelinfo import ModelResolver, ModelUnavailable, config_problem
+from specdeploy.modelinfo.hub import HubEndpointError, check_endpoint
 
 ConfigMapReader = Callable[[str, str], dict[str, str] | None]
 # The raw bytes of one key of a Secret (None when the Secret or the key is missing).
 SecretReader = Callable[[str, str, str], bytes | None]
 CONFIG_MAP_FIELD = "spec.pairing.metadataConfigMap"
 TOKEN_FIELD = "spec.modelAccess.tokenSecretRef"
+ENDPOINT_FIELD = "spec.modelAccess.endpoint"
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +107,7 @@ def compute(
     progress = _Progress()
     try:
         spec = _parsed(body, progress)
+        _check_endpoint(spec, progress)
         resolved = _verified_pair(
             spec,
             resolver,
@@ -144,6 +147,18 @@ def _parsed(body: dict[str, Any], progress: _Progress) -> api.SpeculativeDeploym
         progress.block("InvalidSpec", api.validation_problems(exc))
     progress.fields["engine"] = spec.engine.name
     return spec
+
+
+def _check_endpoint(spec: api.SpeculativeDeploymentSpec, progress: _Progress) -> None:
+    """The resource's hub endpoint must be an http(s) URL before the hub client or an engine's
+    HF_ENDPOINT sees it: the same rule as the operator-wide default."""
+    endpoint = spec.model_access.endpoint
+    if endpoint is None:
+        return
+    try:
+        check_endpoint(endpoint, ENDPOINT_FIELD)
+    except HubEndpointError as exc:
+        progress.block("InvalidSpec", str(exc))
 
 
 def _verified_pair(

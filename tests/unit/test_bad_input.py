@@ -176,6 +176,17 @@ def test_a_token_secret_that_gives_no_token_is_a_condition_without_the_value(
     assert desired.blocked and desired.retry and desired.deployment is None
 
 
+@pytest.mark.parametrize("endpoint", ["\x1f", "hf-mirror.internal", "ftp://mirror", "https://m/?q=1"])
+def test_a_hub_endpoint_that_is_not_an_http_url_is_a_condition_naming_the_field(
+    resolver: ModelResolver, endpoint: str
+) -> None:
+    """Found by the fuzz test below: a control character reached the hub client's URL parser."""
+    with no_network():
+        desired = pipeline.compute(body(modelAccess={"endpoint": endpoint}), resolver, h100s())
+    assert (desired.blocked, desired.reason, desired.deployment) == (True, "InvalidSpec", None)
+    assert desired.message.startswith(f"spec.modelAccess.endpoint: {endpoint!r} is not a hub endpoint")
+
+
 def test_a_negative_or_zero_memory_label_counts_as_no_label() -> None:
     nodes = []
     for index, memory in enumerate(("-81559", "0", "abc")):
