@@ -37,8 +37,10 @@ nodeGroups:
   - name: engine
     count: 1
     engine: true
-    cpu: "2"
-    memory: 16Gi
+    # Declared for the scheduler: the engine pods' derived requests (4 CPUs, 8Gi each) and the
+    # load Job's (1 CPU, 2Gi).
+    cpu: "16"
+    memory: 64Gi
     gpu: {product: SANDBOX-CPU, count: 3, memoryMiB: 4096}
 """
 PAIRS = {"tiny-accept-all": tiny_models.ACCEPT_ALL, "tiny-accept-none": tiny_models.ACCEPT_NONE}

@@ -1,4 +1,5 @@
-"""Shared fixtures: one sandbox per test session, a namespace per test, kubectl, helm and wait_for.
+"""Shared fixtures: one sandbox per test session, a namespace per test, kubectl, helm, kustomize
+and wait_for.
 
 Set SPECDEPLOY_TEST_KUBECONFIG to run the cluster suites against an already running cluster
 (e.g. `specdeploy sandbox up` in another terminal) instead of starting a sandbox per session.
@@ -9,6 +10,8 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +23,8 @@ TESTS_DIR = Path(__file__).parent
 CLUSTER_SUITES = ("integration", "e2e", "faults")
 KUBECONFIG_ENV = "SPECDEPLOY_TEST_KUBECONFIG"
 KUBECTL_ENV = "SPECDEPLOY_KUBECTL"
+# `kustomize edit` (which kubectl does not embed) for the kustomization beside install.yaml.
+KUSTOMIZE_VERSION = "v5.8.1"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -47,6 +52,32 @@ def helm_binary() -> str:
     from specdeploy.sandbox.binaries import ensure_helm
 
     return str(ensure_helm())
+
+
+@pytest.fixture(scope="session")
+def kustomize_binary() -> str:
+    """kustomize at the pinned version, built once with `go install` into the cache like helm."""
+    from specdeploy.sandbox.binaries import cache_root
+
+    bin_dir = cache_root() / "kustomize" / KUSTOMIZE_VERSION / "bin"
+    kustomize = bin_dir / "kustomize"
+    if not kustomize.exists():
+        go = shutil.which("go")
+        if go is None:
+            pytest.fail("the Go toolchain is needed to build kustomize (as for helm and the sandbox)")
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        package = f"sigs.k8s.io/kustomize/kustomize/v5@{KUSTOMIZE_VERSION}"
+        env = {**os.environ, "CGO_ENABLED": "0", "GOBIN": str(bin_dir)}
+        proc = subprocess.run(
+            [go, "install", "-trimpath", package],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1200,
+            check=False,
+        )
+        assert proc.returncode == 0, f"go install {package} failed:\n{proc.stderr[-3000:]}"
+    return str(kustomize)
 
 
 @pytest.fixture(scope="session")

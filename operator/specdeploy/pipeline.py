@@ -51,6 +51,7 @@ class Desired:
     blocked: bool
     deployment: dict[str, Any] | None = None
     service: dict[str, Any] | None = None
+    disruption_budget: dict[str, Any] | None = None
     status: api.SpeculativeDeploymentStatus = field(default_factory=api.SpeculativeDeploymentStatus)
     conditions: list[Condition] = field(default_factory=list)
     reason: str = ""
@@ -225,7 +226,8 @@ def _with_children(
     inventory: planning.Inventory,
     progress: _Progress,
 ) -> Desired:
-    """The Deployment and Service of the effective spec, and the status fields they settle."""
+    """The Deployment, Service and PodDisruptionBudget of the effective spec, and the status fields
+    they settle."""
     meta = body.get("metadata", {})
     name, namespace = meta.get("name", ""), meta.get("namespace", "default")
     launch = engines.render(spec)
@@ -239,9 +241,10 @@ def _with_children(
     return Desired(
         blocked=False,
         deployment=children.build_deployment(
-            name, namespace, spec, launch, planning.placement(plan, inventory), owner=owner
+            name, namespace, spec, launch, planning.placement(plan, inventory), plan, owner=owner
         ),
         service=children.build_service(name, namespace, spec, launch, owner=owner),
+        disruption_budget=children.build_disruption_budget(name, namespace, spec, owner=owner),
         status=api.SpeculativeDeploymentStatus(**progress.fields),
         conditions=progress.conditions,
     )

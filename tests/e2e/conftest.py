@@ -24,8 +24,10 @@ nodeGroups:
   - name: engine
     count: 1
     engine: true
-    cpu: "2"
-    memory: 16Gi
+    # Declared for the scheduler: three engine pods' derived requests (4 CPUs, 8Gi each) and a
+    # bench load Job (1 CPU, 2Gi).
+    cpu: "16"
+    memory: 64Gi
     gpu: {product: SANDBOX-CPU, count: 3, memoryMiB: 4096}
 """
 READ_INTERVAL_S = 5

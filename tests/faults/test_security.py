@@ -35,7 +35,8 @@ EVERYONE = re.compile(r"^self\w+reviews\.(authorization|authentication)\.k8s\.io
 
 
 def _helm(helm: str, namespace: str, *values: str) -> list[dict[str, Any]]:
-    argv = [helm, "template", "specdeploy", str(CHART), "--namespace", namespace, *values]
+    argv = [helm, "template", "specdeploy", str(CHART), "--namespace", namespace]
+    argv += ["--set", "image.repository=specdeploy", *values]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True).stdout
     return [doc for doc in yaml.safe_load_all(out) if doc]
 
@@ -206,31 +207,48 @@ def _pod_from_template(deployment: dict[str, Any], name: str) -> dict[str, Any]:
     }
 
 
+def _dry_run(fk: Kubectl, namespace: str, pod: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    """Create ``pod`` with a server-side dry run: what Pod Security admission says of it."""
+    return fk.run("create", "--dry-run=server", "-f", "-", input=json.dumps(pod), namespace=namespace)
+
+
 def test_pod_security_standards_of_the_operator_and_the_engines(
     fk: Kubectl, fault_ns: str, helm_binary: str, apis: Apis, operator_under_fault: OperatorUnderFault
 ) -> None:
-    """The operator pod is admitted under restricted; an engine pod under baseline, and under
-    restricted its one violation is runAsNonRoot (the engine images run as root)."""
+    """The operator pod and the engine pods are admitted under restricted: the namespace
+    enforces it while the operator creates the engine Deployment, its ReplicaSet creates the pods
+    (a refused pod would leave the ReplicaSet short, with a FailedCreate event), and a server-side
+    dry run of the pod gives no warning either. Opting out (runAsNonRoot: false) is baseline."""
     fk("label", "namespace", fault_ns, "pod-security.kubernetes.io/enforce=restricted")
     chart = _helm(helm_binary, fault_ns)
     service_account = next(d for d in chart if d["kind"] == "ServiceAccount")
     fk("apply", "-f", "-", input=json.dumps(service_account), namespace=fault_ns)
     operator_pod = _pod_from_template(next(d for d in chart if d["kind"] == "Deployment"), "operator")
-    admitted = fk.run(
-        "create", "--dry-run=server", "-f", "-", input=json.dumps(operator_pod), namespace=fault_ns
-    )
+    admitted = _dry_run(fk, fault_ns, operator_pod)
     assert admitted.returncode == 0 and "Warning" not in admitted.stderr, admitted.stderr
 
-    fk("label", "namespace", fault_ns, "pod-security.kubernetes.io/enforce=baseline", "--overwrite")
     apis.create(fault_ns, resource(fault_ns, "engine"))
     check, _ = wait_fleet(apis, fault_ns, timeout=60)
     assert check.problems == [], check.problems
+    pods = apis.core.list_namespaced_pod(fault_ns, label_selector="app.kubernetes.io/instance=engine").items
+    assert len(pods) == 1 and pods[0].spec.security_context.run_as_non_root is True
     engine = apis.apps.read_namespaced_deployment("engine", fault_ns)
     engine_pod = _pod_from_template(apis.apps.api_client.sanitize_for_serialization(engine), "engine-pod")
+    admitted = _dry_run(fk, fault_ns, engine_pod)
+    assert admitted.returncode == 0 and "Warning" not in admitted.stderr, admitted.stderr
+
+    # The opt-out is baseline: admitted there, refused under restricted for runAsNonRoot alone.
+    fk("label", "namespace", fault_ns, "pod-security.kubernetes.io/enforce=baseline", "--overwrite")
+    as_root = resource(fault_ns, "as-root")
+    as_root["spec"]["security"] = {"runAsNonRoot": False}
+    as_root["spec"]["modelCache"] = {"mountPath": "/root/.cache/huggingface"}
+    apis.create(fault_ns, as_root)
+    check, _ = wait_fleet(apis, fault_ns, timeout=60)
+    assert check.problems == [], check.problems
+    deployment = apis.apps.read_namespaced_deployment("as-root", fault_ns)
+    root_pod = _pod_from_template(apis.apps.api_client.sanitize_for_serialization(deployment), "root-pod")
     fk("label", "namespace", fault_ns, "pod-security.kubernetes.io/enforce=restricted", "--overwrite")
-    refused = fk.run(
-        "create", "--dry-run=server", "-f", "-", input=json.dumps(engine_pod), namespace=fault_ns
-    )
+    refused = _dry_run(fk, fault_ns, root_pod)
     assert refused.returncode != 0
     violations = refused.stderr.split('violates PodSecurity "restricted:latest": ', 1)[1].strip()
     assert violations.startswith("runAsNonRoot != true") and "," not in violations.split("(", 1)[0], (

@@ -6,12 +6,21 @@ comes from the operator authenticated as the chart's ServiceAccount, which the a
 log confirms. The operator runs locally with the container's arguments (kopf's probe on
 loopback, no webhook server); the chart's webhook Service has no reachable endpoint here, and
 its failurePolicy Ignore lets writes through, which is also what a stopped operator looks like.
+
+Another sandbox takes a release of the former chart layout (the CRD in crds/, which Helm never
+upgrades) through the documented takeover to a chart that templates the CRD, and upgrades the CRD.
+A third holds the CRDs of the chart's optional objects (cert-manager's and the Prometheus
+Operator's, from their Go modules through the Go module proxy) and validates every manifest the
+install paths produce with server-side dry run (strict field validation): the chart with several
+value sets, install.yaml, the kustomize output of manifests/ and the GitOps examples' renders.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -42,6 +51,22 @@ SERVICE_ACCOUNT = f"system:serviceaccount:{RELEASE_NAMESPACE}:{FULLNAME}"
 # Flags of the container that only make sense inside the pod (bind addresses, ports, certs).
 POD_ONLY_FLAGS = ("--probe-", "--metrics-port", "--webhook-")
 CATALOG_EXTENSION = {"engines": {"vllm": {"eagle3": {"MistralForCausalLM": "unconfirmed"}}}}
+# No image is published: every render names this placeholder (the sandbox pulls nothing).
+IMAGE = ("--set", "image.repository=specdeploy")
+CRD_FILE = CHART / "files" / "specdeploy.io_speculativedeployments.yaml"
+INSTALL_DOC = REPO / "docs" / "install.md"
+KUSTOMIZATION = REPO / "manifests" / "kustomization.yaml"
+ARGOCD_APP = REPO / "manifests" / "gitops" / "argocd" / "application.yaml"
+ARGOCD_CM = REPO / "manifests" / "gitops" / "argocd" / "argocd-cm.yaml"
+FLUX_RELEASE = REPO / "manifests" / "gitops" / "flux" / "helmrelease.yaml"
+FLUX_KUSTOMIZATION = REPO / "manifests" / "gitops" / "flux" / "install-yaml-kustomization.yaml"
+WEBHOOK_KINDS = ("Secret", "ValidatingWebhookConfiguration", "Certificate", "Issuer")
+# CRDs of the chart's optional objects, from the projects' Go modules (the Prometheus Operator at
+# the version tests/integration/test_monitoring.py uses).
+CERT_MANAGER = "github.com/cert-manager/cert-manager@v1.19.1"
+CERT_MANAGER_CRDS = ("certificates", "issuers", "clusterissuers")
+PROMETHEUS_OPERATOR = "github.com/prometheus-operator/prometheus-operator@v0.85.0"
+MONITORING = ("podmonitors", "servicemonitors", "prometheusrules")
 
 
 class Helm:
@@ -51,14 +76,17 @@ class Helm:
         self.binary = binary
         self.kubeconfig = kubeconfig
 
-    def __call__(self, *args: str, timeout: float = 180.0) -> str:
-        proc = subprocess.run(
+    def run(self, *args: str, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
             [self.binary, f"--kubeconfig={self.kubeconfig}", *args],
             capture_output=True,
             text=True,
             timeout=timeout,
             check=False,
         )
+
+    def __call__(self, *args: str, timeout: float = 180.0) -> str:
+        proc = self.run(*args, timeout=timeout)
         if proc.returncode != 0:
             raise AssertionError(f"helm {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
         return proc.stdout
@@ -186,13 +214,14 @@ def test_helm_install_upgrade_uninstall_as_the_charts_service_account(
 
     # Install watching one namespace: Roles there, a small ClusterRole for nodes/CRDs/namespaces.
     started = time.monotonic()
-    helm(
+    installed = helm(
         "install",
         RELEASE,
         str(CHART),
         "--namespace",
         RELEASE_NAMESPACE,
         "--create-namespace",
+        *IMAGE,
         "--set",
         f"watchNamespaces={{{namespace}}}",
         "--wait",
@@ -200,9 +229,12 @@ def test_helm_install_upgrade_uninstall_as_the_charts_service_account(
         "120s",
     )
     install_seconds = time.monotonic() - started
+    # The install notes end with README's quickstart from the token Secret on.
+    assert (CHART / "files" / "quickstart.sh").read_text() in installed
     kubectl("get", "crd", CRD_NAME)
     kubectl("get", "role,rolebinding", FULLNAME, namespace=namespace)
     assert _can_i(kubectl, "patch", "deployments", "-n", namespace)
+    assert _can_i(kubectl, "patch", "poddisruptionbudgets.policy", "-n", namespace)
     assert not _can_i(kubectl, "list", "deployments", "-n", other)
     secret = _json(kubectl, "get", "secret", f"{FULLNAME}-webhook-tls", namespace=RELEASE_NAMESPACE)
     vwc = _json(kubectl, "get", "validatingwebhookconfiguration", CLUSTER_NAME)
@@ -218,7 +250,11 @@ def test_helm_install_upgrade_uninstall_as_the_charts_service_account(
         kubectl("apply", "-f", "-", input=_seed("seed"), namespace=namespace)
         wait_for(lambda: _ready(kubectl, namespace, "seed"), 90, "the seed to be Ready (namespaced RBAC)")
     writes = _writes_by(audit_log, SERVICE_ACCOUNT, namespace)
-    assert {("patch", "deployments", ""), ("patch", "services", "")} <= writes
+    assert {
+        ("patch", "deployments", ""),
+        ("patch", "services", ""),
+        ("patch", "poddisruptionbudgets", ""),
+    } <= writes
     assert ("patch", "speculativedeployments", "status") in writes
 
     # ... and is denied what it must not have.
@@ -234,7 +270,8 @@ def test_helm_install_upgrade_uninstall_as_the_charts_service_account(
     # Upgrade to every namespace, with a catalog extension: cluster-wide rules, Roles gone,
     # the webhook CA kept (looked up from the existing Secret).
     values = tmp_path / "values.yaml"
-    values.write_text(yaml.safe_dump({"watchNamespaces": [], "catalog": CATALOG_EXTENSION}))
+    upgraded = {"image": {"repository": "specdeploy"}, "watchNamespaces": [], "catalog": CATALOG_EXTENSION}
+    values.write_text(yaml.safe_dump(upgraded))
     helm("upgrade", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, "-f", str(values), "--wait")
     assert kubectl.run("get", "role", FULLNAME, namespace=namespace).returncode != 0
     assert _can_i(kubectl, "list", "deployments", "-n", other)
@@ -256,7 +293,8 @@ def test_helm_install_upgrade_uninstall_as_the_charts_service_account(
         )
     assert ("patch", "deployments", "") in _writes_by(audit_log, SERVICE_ACCOUNT, other)
 
-    # Uninstall removes everything the chart templated; the CRD (crds/) and its objects stay.
+    # Uninstall removes everything the chart templated but the CRD (resource-policy keep): the
+    # CRD and its objects stay.
     helm("uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--wait")
     leftovers = kubectl(
         "get",
@@ -303,3 +341,363 @@ def test_every_example_passes_server_side_dry_run(kubectl: Kubectl, crd: None, n
     for example in EXAMPLES:
         out = kubectl("apply", "--dry-run=server", "-f", str(example), namespace=namespace)
         assert "(server dry run)" in out, example.name
+
+
+def _chart_copy(directory: Path) -> Path:
+    chart = directory / "specdeploy"
+    shutil.copytree(CHART, chart)
+    return chart
+
+
+def _documented_takeover() -> str:
+    """The kubectl lines of the first sh block of docs/install.md's section on the crds/ upgrade."""
+    section = INSTALL_DOC.read_text().split("### Upgrading from a chart with `crds/`", 1)[1]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    lines = block.replace("\\\n", " ").splitlines()
+    commands = [line for line in lines if line.startswith("kubectl ")]
+    assert len(commands) == 2, block
+    return "\n".join(commands)
+
+
+def test_helm_upgrade_takes_over_and_upgrades_the_crd_and_uninstall_keeps_it(
+    fresh_cluster: Cluster, kubectl_binary: str, helm_binary: str, tmp_path: Path
+) -> None:
+    kubectl = Kubectl(kubectl_binary, fresh_cluster.kubeconfig)
+    helm = Helm(helm_binary, fresh_cluster.kubeconfig)
+    namespace = "models"
+    at = ("--namespace", RELEASE_NAMESPACE)
+
+    # A release of the former layout: the CRD in crds/, installed once and not part of the release.
+    former = _chart_copy(tmp_path / "former")
+    (former / "crds").mkdir()
+    (former / "files" / CRD_FILE.name).rename(former / "crds" / CRD_FILE.name)
+    (former / "templates" / "crd.yaml").unlink()
+    helm("install", RELEASE, str(former), *at, "--create-namespace", *IMAGE, "--set", "webhook.enabled=false")
+    crd = _json(kubectl, "get", "crd", CRD_NAME)
+    assert "app.kubernetes.io/managed-by" not in (crd["metadata"].get("labels") or {})
+    kubectl("create", "namespace", namespace)
+    kubectl("apply", "-f", "-", input=_seed("seed"), namespace=namespace)
+
+    # Helm refuses to adopt a CRD it did not create ...
+    refused = helm.run("upgrade", RELEASE, str(CHART), *at, "--reset-then-reuse-values")
+    assert refused.returncode != 0 and "invalid ownership metadata" in refused.stderr, refused.stderr
+    # ... until the one-time commands the upgrade notes give mark it as the release's.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "kubectl").symlink_to(kubectl_binary)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "KUBECONFIG": str(fresh_cluster.kubeconfig),
+        "RELEASE": RELEASE,
+        "NAMESPACE": RELEASE_NAMESPACE,
+    }
+    script = _documented_takeover()
+    proc = subprocess.run(["bash", "-euc", script], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, f"{script}\n{proc.stderr}"
+    helm("upgrade", RELEASE, str(CHART), *at, "--reset-then-reuse-values")
+    crd = _json(kubectl, "get", "crd", CRD_NAME)
+    assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert crd["metadata"]["labels"]["app.kubernetes.io/instance"] == RELEASE
+    assert f"name: {CRD_NAME}" in helm("get", "manifest", RELEASE, *at)
+
+    # A chart whose CRD differs (one more printer column): `helm upgrade` changes the CRD.
+    column = {"name": "Upgraded", "type": "string", "jsonPath": ".spec.engine.name", "priority": 1}
+    changed = _chart_copy(tmp_path / "changed")
+    body = yaml.safe_load((changed / "files" / CRD_FILE.name).read_text())
+    for version in body["spec"]["versions"]:
+        version.setdefault("additionalPrinterColumns", []).append(column)
+    (changed / "files" / CRD_FILE.name).write_text(yaml.safe_dump(body, sort_keys=False))
+    helm("upgrade", RELEASE, str(changed), *at, "--reset-then-reuse-values")
+    crd = _json(kubectl, "get", "crd", CRD_NAME)
+    assert all(column in version["additionalPrinterColumns"] for version in crd["spec"]["versions"])
+    wait_crd_established(kubectl, CRD_NAME)
+    header = kubectl("get", "sdep", "seed", "-o", "wide", namespace=namespace).splitlines()[0]
+    assert "UPGRADED" in header.split()
+
+    # Uninstall keeps the CRD (and so every resource); reinstalling the release adopts it again.
+    out = helm("uninstall", RELEASE, *at, "--wait")
+    assert "kept due to the resource policy" in out, out
+    assert column in _json(kubectl, "get", "crd", CRD_NAME)["spec"]["versions"][0]["additionalPrinterColumns"]
+    kubectl("get", "sdep", "seed", namespace=namespace)
+    helm("install", RELEASE, str(CHART), *at, *IMAGE, "--set", "webhook.enabled=false")
+    crd = _json(kubectl, "get", "crd", CRD_NAME)
+    assert column not in (crd["spec"]["versions"][0].get("additionalPrinterColumns") or [])
+    kubectl("get", "sdep", "seed", namespace=namespace)
+
+
+# --- every rendered manifest, validated by a real apiserver -------------------------------------
+
+
+def _go_module(module: str, workdir: Path) -> Path:
+    """The module's source directory, downloaded once through the Go module proxy into the cache."""
+    go = shutil.which("go")
+    if go is None:
+        pytest.fail(f"the Go toolchain is needed to fetch {module}")
+    proc = subprocess.run(
+        [go, "mod", "download", "-json", module],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return Path(json.loads(proc.stdout)["Dir"])
+
+
+# Namespaces the manifests below put objects in (a dry run does not create a Namespace object).
+VALIDATION_NAMESPACES = ("specdeploy-system", "team-a", "team-b", "ops", "argocd")
+
+
+@pytest.fixture(scope="module")
+def validating_kubectl(tmp_path_factory: pytest.TempPathFactory, kubectl_binary: str) -> Iterator[Kubectl]:
+    """A sandbox of its own with cert-manager's and the Prometheus Operator's CRDs installed."""
+    name = f"validate-{os.getpid()}-{int(time.monotonic() * 1000) % 100000}"
+    with sandbox_cluster(tmp_path_factory.mktemp("validate-sandbox"), name) as running:
+        kubectl = Kubectl(kubectl_binary, running.kubeconfig)
+        workdir = tmp_path_factory.mktemp("gomod")
+        cert_manager = _go_module(CERT_MANAGER, workdir) / "deploy" / "crds"
+        prometheus = _go_module(PROMETHEUS_OPERATOR, workdir) / "example" / "prometheus-operator-crd"
+        sources = [(cert_manager, "cert-manager.io", CERT_MANAGER_CRDS)]
+        sources.append((prometheus, "monitoring.coreos.com", MONITORING))
+        for directory, group, plurals in sources:
+            for plural in plurals:
+                kubectl("apply", "--server-side", "-f", str(directory / f"{group}_{plural}.yaml"))
+                wait_crd_established(kubectl, f"{plural}.{group}")
+        for namespace in VALIDATION_NAMESPACES:
+            kubectl("create", "namespace", namespace)
+        yield kubectl
+
+
+def _dry_run(kubectl: Kubectl, what: str, manifest: str | None = None, *source: str) -> None:
+    """Server-side apply, dry run, strict field validation: every object accepted, none skipped."""
+    args = source or ("-f", "-")
+    proc = kubectl.run(
+        "apply", "--server-side", "--dry-run=server", "--validate=strict", "--field-manager=install-check",
+        *args, input=manifest, timeout=180,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"{what} refused:\n{proc.stderr}"
+    accepted = [line for line in proc.stdout.splitlines() if line.endswith("(server dry run)")]
+    assert accepted and len(accepted) == len(proc.stdout.splitlines()), f"{what}:\n{proc.stdout}"
+    if manifest is not None:
+        objects = [doc for doc in yaml.safe_load_all(manifest) if doc]
+        assert len(accepted) == len(objects), f"{what}: {len(objects)} objects, accepted:\n{proc.stdout}"
+
+
+def _template(helm_binary: str, release: str, namespace: str, *args: str) -> str:
+    argv = [helm_binary, "template", release, str(CHART), "--namespace", namespace, *args]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+PRODUCTION_VALUES: dict[str, Any] = {
+    "replicaCount": 2,
+    "imagePullSecrets": [{"name": "regcred"}, "legacy-name"],
+    "topologySpreadConstraints": [
+        {
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "specdeploy"}},
+        }
+    ],
+    "extraVolumes": [{"name": "client-ca", "configMap": {"name": "client-ca"}}],
+    "extraVolumeMounts": [{"name": "client-ca", "mountPath": "/etc/client-ca", "readOnly": True}],
+    "podSecurityContext": {"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000},
+    "securityContext": {"runAsUser": 1000},
+    "priorityClassName": "system-cluster-critical",
+    "serviceAccount": {"annotations": {"example.com/role": "specdeploy"}},
+    "rbac": {"readTokenSecrets": True},
+    "operator": {
+        "verbose": True,
+        "extraArgs": ["--webhook-client-ca=/etc/client-ca/ca.crt"],
+        "extraEnv": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hub", "key": "token"}}}],
+    },
+    "engineImages": {"vllm": "mirror.example.com/vllm/vllm-openai:v0.33.0"},
+    "hub": {"endpoint": "https://hf-mirror.example.internal"},
+    "catalog": CATALOG_EXTENSION,
+    "podAnnotations": {"example.com/team": "ml"},
+    "podLabels": {"example.com/tier": "platform"},
+    "nodeSelector": {"kubernetes.io/os": "linux"},
+    "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "platform", "effect": "NoSchedule"}],
+    "resources": {"requests": {"cpu": "200m", "memory": "300Mi"}, "limits": {"memory": "1Gi"}},
+    "metrics": {"service": {"annotations": {"prometheus.io/scrape": "true"}}},
+}
+
+
+def _set(*assignments: str) -> list[str]:
+    return [arg for assignment in assignments for arg in ("--set", assignment)]
+
+
+CHART_VALUE_SETS: dict[str, list[str]] = {
+    "defaults": [],
+    "namespaces": _set("watchNamespaces={team-a,team-b}"),
+    "cert-manager": _set("webhook.certManager.enabled=true"),
+    "cert-manager-issuer": _set(
+        "webhook.certManager.enabled=true",
+        "webhook.certManager.issuerRef.kind=ClusterIssuer",
+        "webhook.certManager.issuerRef.name=company-ca",
+    ),
+    "minimal": _set("webhook.enabled=false", "metrics.enabled=false", "crds.install=false"),
+    "high-availability": _set("replicaCount=3", "leaderElection.leaseSeconds=30"),
+    "former-replicas-key": _set("replicas=2", "webhook.failurePolicy=Fail"),
+    "monitoring": _set(
+        "engineMetrics.podMonitor.enabled=true",
+        "metrics.serviceMonitor.enabled=true",
+        "metrics.serviceMonitor.labels.release=prometheus",
+        "metrics.prometheusRule.enabled=true",
+    ),
+    "production": [
+        arg
+        for key, value in PRODUCTION_VALUES.items()
+        for arg in ("--set-json", f"{key}={json.dumps(value)}")
+    ],
+}
+
+
+@pytest.mark.parametrize("values", list(CHART_VALUE_SETS.values()), ids=list(CHART_VALUE_SETS))
+def test_the_chart_passes_server_side_dry_run(
+    validating_kubectl: Kubectl, helm_binary: str, values: list[str]
+) -> None:
+    manifest = _template(helm_binary, "specdeploy", "specdeploy-system", *IMAGE, *values)
+    _dry_run(validating_kubectl, f"helm template {' '.join(values)}", manifest)
+
+
+def _kustomize_build(kustomize_binary: str, directory: Path) -> str:
+    argv = [kustomize_binary, "build", str(directory)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def _manifests_copy(directory: Path) -> Path:
+    """install.yaml and its kustomization.yaml, as a checkout of manifests/ has them."""
+    directory.mkdir()
+    for source in (INSTALL_YAML, KUSTOMIZATION):
+        (directory / source.name).write_bytes(source.read_bytes())
+    return directory
+
+
+def test_install_yaml_and_the_kustomization_pass_server_side_dry_run(
+    validating_kubectl: Kubectl, kustomize_binary: str, tmp_path: Path
+) -> None:
+    _dry_run(validating_kubectl, "install.yaml", INSTALL_YAML.read_text())
+
+    def build(directory: Path) -> str:
+        return _kustomize_build(kustomize_binary, directory)
+
+    _dry_run(validating_kubectl, "kustomize build manifests/", build(REPO / "manifests"))
+    base = _manifests_copy(tmp_path / "manifests")
+    for edit in (["image", "specdeploy=registry.example.com/ml/specdeploy:1.2.3"], ["namespace", "ops"]):
+        argv = [kustomize_binary, "edit", "set", *edit]
+        proc = subprocess.run(argv, cwd=base, capture_output=True, text=True, timeout=60, check=False)
+        assert proc.returncode == 0, proc.stderr
+    edited = build(base)
+    assert "image: registry.example.com/ml/specdeploy:1.2.3" in edited
+    _dry_run(validating_kubectl, "kustomize build (image and namespace set)", edited)
+    # kubectl's own kustomize (`kubectl apply -k`) reads the same kustomization.
+    _dry_run(validating_kubectl, "kubectl apply -k (image and namespace set)", None, "-k", str(base))
+
+
+def test_the_gitops_examples_renders_pass_server_side_dry_run(
+    validating_kubectl: Kubectl, helm_binary: str, kustomize_binary: str, tmp_path: Path
+) -> None:
+    app = yaml.safe_load(ARGOCD_APP.read_text())
+    argocd_values = tmp_path / "argocd-values.yaml"
+    argocd_values.write_text(yaml.safe_dump(app["spec"]["source"]["helm"]["valuesObject"]))
+    argocd = _template(
+        helm_binary, app["spec"]["source"]["helm"]["releaseName"], app["spec"]["destination"]["namespace"],
+        "-f", str(argocd_values),
+    )  # fmt: skip
+    _dry_run(validating_kubectl, "the Argo CD Application's chart render", argocd)
+    _dry_run(validating_kubectl, "argocd-cm.yaml", ARGOCD_CM.read_text())
+
+    flux = [d for d in yaml.safe_load_all(FLUX_RELEASE.read_text()) if d]
+    release = next(d["spec"] for d in flux if d["kind"] == "HelmRelease")
+    flux_values = tmp_path / "flux-values.yaml"
+    flux_values.write_text(yaml.safe_dump(release["values"]))
+    rendered = _template(
+        helm_binary, release["releaseName"], release["targetNamespace"], "-f", str(flux_values)
+    )
+    _dry_run(validating_kubectl, "the Flux HelmRelease's chart render", rendered)
+
+    # The Flux Kustomization's images, merged into manifests/kustomization.yaml as kustomize-controller
+    # does, retarget the placeholder image.
+    flux_sync = [d for d in yaml.safe_load_all(FLUX_KUSTOMIZATION.read_text()) if d]
+    kustomization = next(d for d in flux_sync if d["kind"] == "Kustomization")
+    overlay = _manifests_copy(tmp_path / "flux-manifests")
+    body = yaml.safe_load((overlay / KUSTOMIZATION.name).read_text())
+    body["images"] = kustomization["spec"]["images"]
+    (overlay / KUSTOMIZATION.name).write_text(yaml.safe_dump(body))
+    applied = _kustomize_build(kustomize_binary, overlay)
+    deployment = next(d for d in yaml.safe_load_all(applied) if d and d["kind"] == "Deployment")
+    (image,) = kustomization["spec"]["images"]
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"].startswith(f"{image['newName']}:")
+    _dry_run(validating_kubectl, "the Flux Kustomization's manifests/ with its images", applied)
+
+
+def _webhook_documents(rendered: str) -> list[str]:
+    """The webhook objects of a `helm template` output, as the text of each document."""
+    documents = [doc.strip() for doc in re.split(r"^---$", rendered, flags=re.MULTILINE)]
+    return [doc for doc in documents if doc and (yaml.safe_load(doc) or {}).get("kind") in WEBHOOK_KINDS]
+
+
+def test_the_argocd_example_syncs_the_same_webhook_objects_every_time(
+    validating_kubectl: Kubectl, helm_binary: str, tmp_path: Path
+) -> None:
+    """Argo CD renders with `helm template` (no lookup) on every sync: the example uses cert-manager,
+    so two renders give the same webhook objects, and applying the second changes nothing."""
+    kubectl = validating_kubectl
+    app = yaml.safe_load(ARGOCD_APP.read_text())
+    helm_source, namespace = app["spec"]["source"]["helm"], app["spec"]["destination"]["namespace"]
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump(helm_source["valuesObject"]))
+
+    def render(*args: str) -> list[str]:
+        return _webhook_documents(
+            _template(helm_binary, helm_source["releaseName"], namespace, "-f", str(values), *args)
+        )
+
+    first, second = render(), render()
+    assert first == second
+    kinds = sorted(yaml.safe_load(doc)["kind"] for doc in first)
+    assert kinds == ["Certificate", "Issuer", "ValidatingWebhookConfiguration"]
+
+    # Server-side apply, as the example's ServerSideApply=true sync does: the second is a no-op.
+    def apply(documents: list[str]) -> dict[str, str]:
+        out = kubectl(
+            "apply", "--server-side", "--field-manager=argocd-controller", "-o", "json", "-f", "-",
+            input="\n---\n".join(documents),
+        )  # fmt: skip
+        applied = json.loads(out)
+        items = applied["items"] if applied.get("kind") == "List" else [applied]
+        return {f"{i['kind']}/{i['metadata']['name']}": i["metadata"]["resourceVersion"] for i in items}
+
+    def delete(documents: list[str]) -> None:
+        for doc in documents:
+            body = yaml.safe_load(doc)
+            kind, name = body["kind"].lower(), body["metadata"]["name"]
+            kubectl.run("delete", kind, name, "--wait=false", namespace=body["metadata"].get("namespace"))
+
+    try:
+        synced = apply(first)
+        assert apply(second) == synced
+    finally:
+        delete(first)
+
+    # What the example avoids: with Helm-made certificates every render has a new CA and key, and
+    # every sync rewrites the Secret and the caBundle: the webhook certificate rotates on every sync.
+    helm_made = [render("--set", "webhook.certManager.enabled=false") for _ in range(2)]
+    assert helm_made[0] != helm_made[1]
+    try:
+        synced = apply(helm_made[0])
+        rotated = apply(helm_made[1])
+        assert sorted(synced) == [
+            "Secret/specdeploy-webhook-tls",
+            "ValidatingWebhookConfiguration/specdeploy-specdeploy-system",
+        ]
+        assert all(rotated[key] != synced[key] for key in synced), (synced, rotated)
+    finally:
+        delete(helm_made[0])

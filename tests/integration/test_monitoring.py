@@ -59,6 +59,8 @@ def _rendered(helm_binary: str) -> list[dict[str, Any]]:
             "--namespace",
             NAMESPACE,
             "--set",
+            "image.repository=specdeploy",
+            "--set",
             "engineMetrics.podMonitor.enabled=true",
             "--set",
             "metrics.serviceMonitor.enabled=true",

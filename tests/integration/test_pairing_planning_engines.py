@@ -346,8 +346,18 @@ def test_an_unlabelled_gpu_node_is_named_with_the_fix(
     add_cloud_node(cluster, node_name, "NVIDIA-H200", 143771, {})
     try:
         apply_example_on(kubectl, namespace, "on-bare", "h200")
-        cond = wait_for_condition(kubectl, wait_for, namespace, "on-bare", "Schedulable", "False", 30)
-        assert cond["reason"] == "GpuNodeNotRecognized"
+        # The operator may plan once before its node watch shows the new node (NoNodeFits); the
+        # node's arrival re-plans the waiting resource.
+        cond = wait_for(
+            lambda: (
+                (c := status_condition(kubectl, namespace, "on-bare", "Schedulable"))
+                and c["reason"] == "GpuNodeNotRecognized"
+                and c
+            ),
+            30,
+            "Schedulable=False GpuNodeNotRecognized on on-bare",
+        )
+        assert cond["status"] == "False"
         assert (
             f"node {node_name} has 8 allocatable nvidia.com/gpu but no label naming its GPU"
             in cond["message"]

@@ -56,7 +56,8 @@ def test_default_cluster_has_one_engine_node_left_out_of_offline_planning() -> N
     [engine] = [spec for spec in nodes.load_node_specs() if spec.engine]
     assert engine.name == "engine-0"
     assert engine.gpu == nodes.GpuSpec("SANDBOX-CPU", 2, 4096)
-    assert (engine.cpu, engine.memory) == ("2", "16Gi")
+    # Declared room for the derived requests of one engine pod per slot (4 CPUs, 8Gi each).
+    assert (engine.cpu, engine.memory) == ("8", "32Gi")
     assert "SANDBOX-CPU" not in {c.product for c in nodes.default_inventory().products()}
 
 

@@ -164,6 +164,7 @@ class FakeView:
         self.resources: dict[Key, dict[str, Any]] = {}
         self.deployments: dict[Key, dict[str, Any]] = {}
         self.services: dict[Key, dict[str, Any]] = {}
+        self.budgets: dict[Key, dict[str, Any]] = {}
         self.node_objects: dict[str, dict[str, Any]] = {n["metadata"]["name"]: n for n in nodes}
         self.pod_views: dict[Key, list[PodView]] = {}
 
@@ -175,6 +176,9 @@ class FakeView:
 
     def service(self, key: Key) -> dict[str, Any] | None:
         return self.services.get(key)
+
+    def disruption_budget(self, key: Key) -> dict[str, Any] | None:
+        return self.budgets.get(key)
 
     def resource_keys(self) -> list[Key]:
         return list(self.resources)
@@ -313,6 +317,7 @@ def converge_seed(h: Harness, body: dict[str, Any] | None = None) -> dict[str, A
     ((_, patch),) = h.kube.status_patches
     h.view.deployments[key] = stored(applied(h.kube, "Deployment"), "11")
     h.view.services[key] = stored(applied(h.kube, "Service"), "12")
+    h.view.budgets[key] = stored(applied(h.kube, "PodDisruptionBudget"), "14")
     h.view.resources[key] = with_status(h.view.resources[key], patch, "13")
     h.quiet()
     return patch
@@ -324,21 +329,22 @@ def converge_seed(h: Harness, body: dict[str, Any] | None = None) -> dict[str, A
 
 
 def test_first_pass_applies_each_child_once_and_patches_status(harness: Harness) -> None:
-    """A new resource: one Deployment, one Service, one status patch, an event per new condition."""
+    """A new resource: one Deployment, Service and PodDisruptionBudget, one status patch, an event
+    per new condition."""
     harness.view.add(resource())
     assert harness.run() == "converged"
 
-    assert [m["kind"] for m in harness.kube.applies] == ["Deployment", "Service"]
-    deployment, service = harness.kube.applies
-    for manifest in (deployment, service):
+    assert [m["kind"] for m in harness.kube.applies] == ["Deployment", "Service", "PodDisruptionBudget"]
+    deployment, service, budget = harness.kube.applies
+    for manifest in (deployment, service, budget):
         assert manifest["metadata"]["namespace"] == NAMESPACE and manifest["metadata"]["name"] == NAME
         assert manifest == diffing.stamped({**manifest, "metadata": _unstamped(manifest["metadata"])})
         assert manifest["metadata"]["ownerReferences"][0]["uid"] == f"uid-{NAME}"
     assert command(deployment)[:3] == ["vllm", "serve", VERIFIER]
     assert command(deployment)[command(deployment).index("--tensor-parallel-size") + 1] == "1"
-    assert deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {
-        "nvidia.com/gpu": "1"
-    }
+    resources = deployment["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert resources["limits"] == {"memory": resources["requests"]["memory"], "nvidia.com/gpu": "1"}
+    assert budget["spec"]["selector"] == deployment["spec"]["selector"]
     assert service["spec"]["ports"][0]["port"] == 8000
 
     ((key, patch),) = harness.kube.status_patches
@@ -395,7 +401,7 @@ def test_a_child_the_apiserver_refuses_is_a_condition_with_its_message_and_a_ret
     assert [t.delay for t in harness.timers.pending()] == [RETRY_MIN_SECONDS]
     del harness.kube.refuse["Deployment"]
     assert harness.run() == "converged"  # what the retry's pass finds once the refusal is gone
-    assert [m["kind"] for m in harness.kube.applies] == ["Deployment", "Service"]
+    assert [m["kind"] for m in harness.kube.applies] == ["Deployment", "Service", "PodDisruptionBudget"]
 
 
 def _unstamped(meta: dict[str, Any]) -> dict[str, Any]:
@@ -442,7 +448,7 @@ def test_stale_cache_gets_no_duplicate_write_and_a_reverted_edit_is_reapplied(ha
     """The ledger: no repeat while the cache lags behind our writes; drift seen later is repaired."""
     harness.view.add(resource())
     assert harness.run() == "converged"
-    assert harness.kube.writes() == 3
+    assert harness.kube.writes() == 4
     want, service = applied(harness.kube, "Deployment"), applied(harness.kube, "Service")
     harness.quiet()
 
@@ -452,8 +458,8 @@ def test_stale_cache_gets_no_duplicate_write_and_a_reverted_edit_is_reapplied(ha
         assert harness.run() == "converged"
     assert harness.kube.writes() == 0 and harness.events.posted == []
 
-    # The ledger holds the three writes until the cache moves past the versions they were made on.
-    assert len(harness.reconciler.ledger) == 3
+    # The ledger holds the four writes until the cache moves past the versions they were made on.
+    assert len(harness.reconciler.ledger) == 4
     # The watch catches up, but with someone's edit on top: the command was replaced.
     edited = stored(want, "15")
     edited["spec"]["template"]["spec"]["containers"][0]["command"] = ["sleep", "inf"]
@@ -560,6 +566,7 @@ def test_a_b200_node_joining_reconciles_the_waiting_resource(harness: Harness) -
     assert [(m["kind"], m["metadata"]["name"]) for m in harness.kube.applies] == [
         ("Deployment", "qwen3-b200"),
         ("Service", "qwen3-b200"),
+        ("PodDisruptionBudget", "qwen3-b200"),
     ]
     affinity = harness.kube.applies[0]["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
     terms = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
@@ -615,7 +622,7 @@ def test_the_first_node_event_only_initialises_the_inventory(harness: Harness) -
     assert harness.reconciler.gpus.signature != ""
 
     harness.node_event(node("h100-0", H100))
-    assert [m["kind"] for m in harness.kube.applies] == ["Deployment", "Service"]
+    assert [m["kind"] for m in harness.kube.applies] == ["Deployment", "Service", "PodDisruptionBudget"]
     assert harness.kube.applies[0]["metadata"]["name"] == "qwen3-b200"
 
 
@@ -634,7 +641,7 @@ def test_the_packaged_sandbox_nodes_plan_the_seed_on_h100(harness: Harness) -> N
     harness.view.add(resource())
     assert harness.run() == "converged"
     ((_, patch),) = harness.kube.status_patches
-    assert patch["plan"]["gpuProduct"] == H100 and harness.kube.writes() == 3
+    assert patch["plan"]["gpuProduct"] == H100 and harness.kube.writes() == 4
 
 
 def test_unreachable_metadata_is_retried_on_the_injected_timer(tmp_path: Path) -> None:

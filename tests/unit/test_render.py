@@ -51,7 +51,19 @@ def test_seed_000_pod(capsys: pytest.CaptureFixture[str]) -> None:
     pod = _docs(out)["Deployment"]["spec"]["template"]["spec"]
     engine = pod["containers"][0]
     assert engine["resources"]["limits"]["nvidia.com/gpu"] == "1"
-    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}} in pod["volumes"]
+    # Sized from the plan (children.sizing): 1 GPU, 57.9 GiB of verifier and speculator weights.
+    assert engine["resources"]["requests"] == {"cpu": "4", "memory": "66Gi", "nvidia.com/gpu": "1"}
+    assert engine["resources"]["limits"] == {"memory": "66Gi", "nvidia.com/gpu": "1"}
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}} in pod["volumes"]
+    assert {"name": "model-cache", "emptyDir": {"sizeLimit": "75Gi"}} in pod["volumes"]
+    # Non-root, with HOME and the hub cache on the pod's own volumes.
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 1000
+    env = {e["name"]: e.get("value") for e in engine["env"]}
+    assert env["HOME"] == "/home/engine" and env["HF_HOME"] == "/home/engine/.cache/huggingface"
+    assert engine["lifecycle"] == {"preStop": {"sleep": {"seconds": 10}}}
+    assert pod["terminationGracePeriodSeconds"] == 90
+    assert "topologySpreadConstraints" not in pod  # one replica
+    assert _docs(out)["PodDisruptionBudget"]["spec"]["maxUnavailable"] == 1
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
     term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"

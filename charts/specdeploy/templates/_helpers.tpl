@@ -44,7 +44,7 @@ app.kubernetes.io/part-of: specdeploy
 {{- end }}
 
 {{- define "specdeploy.image" -}}
-{{- $repository := .Values.image.repository }}
+{{- $repository := required "image.repository is required: no specdeploy image is published yet. Build one from the source tree (docker build -t REGISTRY/specdeploy:TAG .), push it and set image.repository (and image.registry)" .Values.image.repository }}
 {{- if .Values.image.registry }}
 {{- $repository = printf "%s/%s" .Values.image.registry .Values.image.repository }}
 {{- end }}
@@ -80,6 +80,10 @@ app.kubernetes.io/part-of: specdeploy
   verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: [""]
   resources: ["services"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+{{- /* The engine pods' PodDisruptionBudget, server-side apply (create on first apply). */}}
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
   verbs: ["get", "list", "watch", "create", "patch"]
 {{- /* Read-only: engine pods' failures (crash loop, image pull, OOM) for the Degraded condition. */}}
 - apiGroups: [""]
@@ -119,5 +123,10 @@ app.kubernetes.io/part-of: specdeploy
 Non-empty when the operator runs with leader election: asked for, or implied by replicas > 1.
 */}}
 {{- define "specdeploy.leaderElection" -}}
-{{- if or .Values.leaderElection.enabled (gt (int .Values.replicas) 1) -}}true{{- end -}}
+{{- if or .Values.leaderElection.enabled (gt (int (include "specdeploy.replicas" .)) 1) -}}true{{- end -}}
+{{- end }}
+
+{{/* Operator replicas: replicaCount, or the former `replicas` when a values file still sets it. */}}
+{{- define "specdeploy.replicas" -}}
+{{- if hasKey .Values "replicas" }}{{ .Values.replicas }}{{ else }}{{ .Values.replicaCount }}{{ end -}}
 {{- end }}

@@ -7,9 +7,10 @@ once, so nothing downstream handles raw spec dicts.
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, StringConstraints, ValidationError, field_validator
+from pydantic import ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
 
 from specdeploy.api.base import GPU_RESOURCE, ApiModel, EngineName, cel
 
@@ -240,12 +241,22 @@ class ModelAccess(ApiModel):
 # The apiserver's grammar of a resource quantity (<signedNumber><suffix>, an integer exponent
 # of at most two digits): a value it cannot parse fails the whole Deployment write with an HTTP
 # 500, so the schema refuses it first.
+# The engine's HOME, an emptyDir of its own: the engine images' /root is mode 700, so a non-root
+# engine keeps its caches (torch compile, Triton, the hub) here instead.
+ENGINE_HOME = "/home/engine"
+ROOT_CACHE_MESSAGE = (
+    "a non-root engine cannot reach a cache under /root (the images' /root is mode 700): mount it "
+    f"elsewhere (default {ENGINE_HOME}/.cache/huggingface) or set security.runAsNonRoot: false"
+)
 QUANTITY_PATTERN = r"^[+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?[0-9]{1,2}))?$"
 Quantity = Annotated[str, StringConstraints(pattern=QUANTITY_PATTERN, max_length=64)]
 
 
 class ModelCache(ApiModel):
-    """Where model weights are stored: an existing PVC, or an ephemeral volume per pod."""
+    """Where model weights are stored: an existing PVC, or an ephemeral volume per pod.
+
+    A claim mounted by several replicas (or by the pods of a surge rollout, which can land on
+    other nodes) must be ReadWriteMany."""
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -260,13 +271,28 @@ class ModelCache(ApiModel):
     )
 
     claim_name: str | None = Field(
-        default=None, max_length=253, description="Existing PersistentVolumeClaim mounted at the hub cache."
+        default=None,
+        max_length=253,
+        description=(
+            "Existing PersistentVolumeClaim mounted at the hub cache; ReadWriteMany when more than "
+            "one pod mounts it (replicas > 1, or a surge rollout)."
+        ),
     )
     size_limit: Quantity | None = Field(
         default=None,
-        description="Size limit of the ephemeral cache (emptyDir) when no claim is given, e.g. 200Gi.",
+        description=(
+            "Size limit of the ephemeral cache (emptyDir) when no claim is given, e.g. 200Gi. "
+            "Default: the planned weights of verifier and speculator plus a margin."
+        ),
     )
-    mount_path: str = Field(default="/root/.cache/huggingface", max_length=512, description="Mount path.")
+    mount_path: str = Field(
+        default=ENGINE_HOME + "/.cache/huggingface",
+        max_length=512,
+        description=(
+            "Mount path, and the engine's HF_HOME. Not under /root when security.runAsNonRoot is "
+            "true: the images' /root is closed to other users."
+        ),
+    )
 
 
 class Toleration(ApiModel):
@@ -322,9 +348,104 @@ class Resources(ApiModel):
     )
 
     requests: dict[str, Quantity] = Field(
-        default_factory=dict, description="Requests, e.g. cpu: 8, memory: 64Gi."
+        default_factory=dict,
+        description=(
+            "Requests, e.g. cpu: 8, memory: 64Gi. Default for cpu and memory: sized from the plan "
+            "(2 CPUs + 2 per GPU; weights + /dev/shm + 4 GiB + 2 GiB per GPU)."
+        ),
     )
-    limits: dict[str, Quantity] = Field(default_factory=dict, description="Limits, e.g. memory: 128Gi.")
+    limits: dict[str, Quantity] = Field(
+        default_factory=dict,
+        description="Limits, e.g. memory: 128Gi. Default: memory limited to its request, cpu unlimited.",
+    )
+
+
+UID_MAX = 2_147_483_647
+
+
+class Security(ApiModel):
+    """Who the engine runs as: by default a non-root user, so the pods meet the restricted Pod
+    Security Standard; ``runAsNonRoot: false`` for an image that must run as root."""
+
+    run_as_non_root: bool = Field(
+        default=True,
+        description=(
+            "Run the engine as runAsUser/runAsGroup (restricted Pod Security Standard). false: as "
+            "the image's user (root for the vLLM and SGLang images); the pods then meet baseline only."
+        ),
+    )
+    run_as_user: int = Field(default=1000, ge=1, le=UID_MAX, description="UID of the engine (not 0).")
+    run_as_group: int = Field(default=1000, ge=0, le=UID_MAX, description="Primary GID of the engine.")
+    fs_group: int = Field(
+        default=1000,
+        ge=0,
+        le=UID_MAX,
+        description="Group owning the volumes, so a model cache claim written before stays writable.",
+    )
+
+
+class Lifecycle(ApiModel):
+    """How long an engine pod may take to start, and how it stops."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    # has(): the apiserver checks the rule on the field's default ({}) as it is.
+                    "!has(self.preStopSleepSeconds) || !has(self.terminationGracePeriodSeconds) || "
+                    "self.preStopSleepSeconds < self.terminationGracePeriodSeconds",
+                    "preStopSleepSeconds must be less than terminationGracePeriodSeconds",
+                    ".preStopSleepSeconds",
+                )
+            ]
+        }
+    )
+
+    startup_timeout_seconds: int = Field(
+        default=1800,
+        ge=60,
+        le=86_400,
+        description=(
+            "Time an engine has to download, load and start serving before it is restarted (the "
+            "startup probe's budget, in 10 s periods). Raise it for models over ~60 GB or slow hubs."
+        ),
+    )
+    pre_stop_sleep_seconds: int = Field(
+        default=10,
+        ge=0,
+        le=600,
+        description=(
+            "Seconds a stopping pod keeps serving before the engine gets SIGTERM, so Services and "
+            "load balancers stop sending it requests first (0: no preStop hook)."
+        ),
+    )
+    termination_grace_period_seconds: int = Field(
+        default=90,
+        ge=1,
+        le=3600,
+        description="Grace period of a stopping pod, the preStop sleep included; then it is killed.",
+    )
+
+    @model_validator(mode="after")
+    def _sleep_within_grace(self) -> Lifecycle:
+        """The CEL rule, for specs that did not come through the apiserver (``render``, ``plan``)."""
+        if self.pre_stop_sleep_seconds >= self.termination_grace_period_seconds:
+            raise ValueError("preStopSleepSeconds must be less than terminationGracePeriodSeconds")
+        return self
+
+
+class Rollout(ApiModel):
+    """How a spec change replaces running engine pods."""
+
+    strategy: Literal["NoSurge", "Surge"] = Field(
+        default="NoSurge",
+        description=(
+            "NoSurge: stop one old pod, then start its replacement (maxSurge 0, maxUnavailable 1; "
+            "no spare GPUs needed, one replica fewer during the rollout, downtime at replicas 1). "
+            "Surge: start a new pod on spare GPUs before stopping an old one (maxSurge 1, "
+            "maxUnavailable 0; no capacity lost, but the rollout waits until a GPU set is free)."
+        ),
+    )
 
 
 class Service(ApiModel):
@@ -399,6 +520,14 @@ class SpeculativeDeploymentSpec(ApiModel):
                     "that declares its verifier",
                     ".verifier",
                 ),
+                cel(
+                    "!has(self.security) || !has(self.security.runAsNonRoot) || "
+                    "!self.security.runAsNonRoot || !has(self.modelCache) || "
+                    "!has(self.modelCache.mountPath) || !(self.modelCache.mountPath == '/root' || "
+                    "self.modelCache.mountPath.startsWith('/root/'))",
+                    ROOT_CACHE_MESSAGE,
+                    ".modelCache.mountPath",
+                ),
             ]
         }
     )
@@ -429,8 +558,19 @@ class SpeculativeDeploymentSpec(ApiModel):
     pod_metadata: PodMetadata = Field(default_factory=PodMetadata, json_schema_extra={"default": {}})
     resources: Resources = Field(default_factory=Resources, json_schema_extra={"default": {}})
     service: Service = Field(default_factory=Service, json_schema_extra={"default": {}})
+    security: Security = Field(default_factory=Security, json_schema_extra={"default": {}})
+    lifecycle: Lifecycle = Field(default_factory=Lifecycle, json_schema_extra={"default": {}})
+    rollout: Rollout = Field(default_factory=Rollout, json_schema_extra={"default": {}})
     pairing: Pairing = Field(default_factory=Pairing, json_schema_extra={"default": {}})
     acceptance: AcceptancePolicy = Field(default_factory=AcceptancePolicy, json_schema_extra={"default": {}})
+
+    @model_validator(mode="after")
+    def _cache_reachable(self) -> SpeculativeDeploymentSpec:
+        """The CEL rule, for specs that did not come through the apiserver (``render``, ``plan``)."""
+        under_root = PurePosixPath(self.model_cache.mount_path).is_relative_to("/root")
+        if self.security.run_as_non_root and under_root:
+            raise ValueError(f"modelCache.mountPath: {ROOT_CACHE_MESSAGE}")
+        return self
 
 
 class SpeculativeDeployment(ApiModel):

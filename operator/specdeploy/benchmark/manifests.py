@@ -177,7 +177,9 @@ def load_job(
     """The load generator's Job: one pod, placed like the engines (so it reaches them as closely
     as a client in their zone would), with their hub access for the tokenizer, run once."""
     pod_spec = speculative["spec"]["template"]["spec"]
-    env = [e for e in _engine_container(pod_spec).get("env") or [] if e["name"].startswith("HF_")]
+    # Hub access, not the engine's cache: the load pod has no volume at HF_HOME.
+    engine_env = _engine_container(pod_spec).get("env") or []
+    env = [e for e in engine_env if e["name"].startswith("HF_") and e["name"] != "HF_HOME"]
     container: dict[str, Any] = {
         "name": LOAD_CONTAINER,
         "image": image,

@@ -1,6 +1,7 @@
 """Child resources of a SpeculativeDeployment: pure functions from the effective spec to manifests."""
 
 from specdeploy.children.deployment import ENGINE_CONTAINER, ENGINE_PORT_NAME, METRICS_PATH, build_deployment
+from specdeploy.children.disruption import build_disruption_budget
 from specdeploy.children.labels import (
     ENGINE_LABEL,
     INSTANCE_LABEL,
@@ -19,6 +20,7 @@ __all__ = [
     "MANAGED_BY_LABEL",
     "METRICS_PATH",
     "build_deployment",
+    "build_disruption_budget",
     "build_service",
     "endpoint",
     "selector_string",

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from specdeploy import api
-from specdeploy.children.labels import common_labels, object_metadata, selector_labels
+from specdeploy.children.labels import child_manifest, common_labels, selector_labels
+from specdeploy.children.sizing import PodSizing, container_resources, pod_sizing
 from specdeploy.engines import EngineLaunch
 from specdeploy.modelinfo.hub import default_endpoint
 from specdeploy.planning import Placement
@@ -19,14 +20,14 @@ ENGINE_CONTAINER = "engine"
 # The engines serve their OpenAI-compatible API and their Prometheus /metrics on one port.
 ENGINE_PORT_NAME = "http"
 METRICS_PATH = "/metrics"
-SHM_SIZE = "16Gi"
 CACHE_VOLUME = "model-cache"
 SHM_VOLUME = "dshm"
-TERMINATION_GRACE_SECONDS = 60
-# The restricted Pod Security Standard's container rules the engines allow: no privilege
-# escalation, no Linux capability (single-node tensor parallelism shares GPU memory through
-# CUDA IPC and /dev/shm, neither needs one) and the runtime's default seccomp profile. Not
-# runAsNonRoot: the vLLM and SGLang images run as root and write their caches under /root.
+HOME_VOLUME = "home"
+HOSTNAME_KEY = "kubernetes.io/hostname"
+# The restricted Pod Security Standard's container rules: no privilege escalation, no Linux
+# capability (single-node tensor parallelism shares GPU memory through CUDA IPC and /dev/shm,
+# neither needs one) and the runtime's default seccomp profile. The non-root user is set on the
+# pod (spec.security), with HOME and HF_HOME moved out of the images' /root.
 ENGINE_SECURITY_CONTEXT: dict[str, Any] = {
     "allowPrivilegeEscalation": False,
     "capabilities": {"drop": ["ALL"]},
@@ -53,12 +54,16 @@ def _env(spec: api.SpeculativeDeploymentSpec, launch: EngineLaunch) -> list[dict
         env.append({"name": "HF_ENDPOINT", "value": endpoint})
     if access.offline:
         env.append({"name": "HF_HUB_OFFLINE", "value": "1"})
+    # HOME and the hub cache on the pod's volumes, so any user can write them (engine.env wins).
+    user_set = {e["name"] for e in launch.env}
+    places = {"HOME": api.ENGINE_HOME, "HF_HOME": spec.model_cache.mount_path}
+    env.extend({"name": k, "value": v} for k, v in places.items() if k not in user_set)
     return [*env, *launch.env]
 
 
-def _volumes(spec: api.SpeculativeDeploymentSpec) -> list[dict[str, Any]]:
-    """The model cache (a claim, else an emptyDir) and a RAM-backed /dev/shm for NCCL and the
-    engine's worker processes (a container's default is 64 MiB)."""
+def _volumes(spec: api.SpeculativeDeploymentSpec, sizing: PodSizing) -> list[dict[str, Any]]:
+    """The model cache (a claim, else an emptyDir sized from the plan), a RAM-backed /dev/shm for
+    NCCL and the engine's worker processes (a container's default is 64 MiB), and HOME."""
     cache = spec.model_cache
     if cache.claim_name:
         cache_volume: dict[str, Any] = {
@@ -66,24 +71,67 @@ def _volumes(spec: api.SpeculativeDeploymentSpec) -> list[dict[str, Any]]:
             "persistentVolumeClaim": {"claimName": cache.claim_name},
         }
     else:
-        empty_dir: dict[str, Any] = {}
-        if cache.size_limit:
-            empty_dir["sizeLimit"] = cache.size_limit
-        cache_volume = {"name": CACHE_VOLUME, "emptyDir": empty_dir}
-    return [cache_volume, {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}}]
+        cache_volume = {"name": CACHE_VOLUME, "emptyDir": {"sizeLimit": cache.size_limit or sizing.cache}}
+    return [
+        cache_volume,
+        {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": sizing.shm}},
+        {"name": HOME_VOLUME, "emptyDir": {}},
+    ]
 
 
 def _mounts(spec: api.SpeculativeDeploymentSpec) -> list[dict[str, Any]]:
     return [
         {"name": CACHE_VOLUME, "mountPath": spec.model_cache.mount_path},
         {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
+        {"name": HOME_VOLUME, "mountPath": api.ENGINE_HOME},
     ]
 
 
-def _resources(spec: api.SpeculativeDeploymentSpec, gpus: int) -> dict[str, Any]:
-    requests = {**spec.resources.requests, api.GPU_RESOURCE: str(gpus)}
-    limits = {**spec.resources.limits, api.GPU_RESOURCE: str(gpus)}
-    return {"requests": requests, "limits": limits}
+def _pod_security(security: api.Security) -> dict[str, Any]:
+    """The pod's user: non-root by default (restricted Pod Security Standard); fsGroup makes the
+    volumes writable, changing ownership only when the volume's root differs (a large model cache
+    claim is not walked on every start)."""
+    context: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+    if security.run_as_non_root:
+        context.update(
+            runAsNonRoot=True,
+            runAsUser=security.run_as_user,
+            runAsGroup=security.run_as_group,
+            fsGroup=security.fs_group,
+            fsGroupChangePolicy="OnRootMismatch",
+        )
+    return context
+
+
+def _lifecycle(lifecycle: api.Lifecycle) -> dict[str, Any]:
+    """A preStop pause, so endpoints drop the pod before the engine stops taking requests."""
+    if not lifecycle.pre_stop_sleep_seconds:
+        return {}
+    return {"lifecycle": {"preStop": {"sleep": {"seconds": lifecycle.pre_stop_sleep_seconds}}}}
+
+
+def _spread(spec: api.SpeculativeDeploymentSpec, name: str) -> list[dict[str, Any]]:
+    """Replicas on different nodes where the scheduler can (a soft rule: a GPU node short of
+    peers still takes a second replica); only this revision's pods count, so a rollout's old
+    pods do not push the new ones away."""
+    if spec.replicas <= 1:
+        return []
+    return [
+        {
+            "maxSkew": 1,
+            "topologyKey": HOSTNAME_KEY,
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": selector_labels(name)},
+            "matchLabelKeys": ["pod-template-hash"],
+        }
+    ]
+
+
+def _strategy(rollout: api.Rollout) -> dict[str, Any]:
+    """NoSurge needs no spare GPUs; Surge keeps every replica serving but waits for spare GPUs."""
+    surge = rollout.strategy == "Surge"
+    rolling = {"maxSurge": int(surge), "maxUnavailable": int(not surge)}
+    return {"type": "RollingUpdate", "rollingUpdate": rolling}
 
 
 def _merge_affinity(
@@ -107,14 +155,16 @@ def _merge_affinity(
     return affinity
 
 
-def _container(spec: api.SpeculativeDeploymentSpec, launch: EngineLaunch, gpus: int) -> dict[str, Any]:
+def _container(
+    spec: api.SpeculativeDeploymentSpec, launch: EngineLaunch, gpus: int, sizing: PodSizing
+) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": ENGINE_CONTAINER,
         "image": launch.image,
         "imagePullPolicy": spec.engine.image_pull_policy,
         "command": launch.command,
         "ports": [{"name": ENGINE_PORT_NAME, "containerPort": launch.port, "protocol": "TCP"}],
-        "resources": _resources(spec, gpus),
+        "resources": container_resources(spec.resources, sizing, gpus),
         "volumeMounts": _mounts(spec),
         "startupProbe": launch.startup_probe,
         "readinessProbe": launch.readiness_probe,
@@ -123,6 +173,7 @@ def _container(spec: api.SpeculativeDeploymentSpec, launch: EngineLaunch, gpus: 
         # pod status, which the operator reports in the Degraded condition.
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": ENGINE_SECURITY_CONTEXT,
+        **_lifecycle(spec.lifecycle),
     }
     env = _env(spec, launch)
     if env:
@@ -131,19 +182,21 @@ def _container(spec: api.SpeculativeDeploymentSpec, launch: EngineLaunch, gpus: 
 
 
 def _pod_spec(
-    spec: api.SpeculativeDeploymentSpec, launch: EngineLaunch, placement: Placement
+    name: str, spec: api.SpeculativeDeploymentSpec, launch: EngineLaunch, placement: Placement, plan: api.Plan
 ) -> dict[str, Any]:
     """The engine container with its volumes, and the plan's placement merged with spec.scheduling."""
     scheduling = spec.scheduling
+    sizing = pod_sizing(plan)
     tolerations = [
         *(dict(t) for t in placement.tolerations),
         *(t.model_dump(by_alias=True, exclude_none=True) for t in scheduling.tolerations),
     ]
     pod_spec: dict[str, Any] = {
-        "containers": [_container(spec, launch, placement.gpus)],
-        "volumes": _volumes(spec),
+        "containers": [_container(spec, launch, placement.gpus, sizing)],
+        "volumes": _volumes(spec, sizing),
+        "securityContext": _pod_security(spec.security),
         "tolerations": tolerations,
-        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        "terminationGracePeriodSeconds": spec.lifecycle.termination_grace_period_seconds,
         "enableServiceLinks": False,
         # An engine never calls the Kubernetes API: no ServiceAccount token in its filesystem.
         "automountServiceAccountToken": False,
@@ -157,6 +210,9 @@ def _pod_spec(
         pod_spec["priorityClassName"] = scheduling.priority_class_name
     if scheduling.runtime_class_name:
         pod_spec["runtimeClassName"] = scheduling.runtime_class_name
+    spread = _spread(spec, name)
+    if spread:
+        pod_spec["topologySpreadConstraints"] = spread
     return pod_spec
 
 
@@ -166,11 +222,13 @@ def build_deployment(
     spec: api.SpeculativeDeploymentSpec,
     launch: EngineLaunch,
     placement: Placement,
+    plan: api.Plan,
     owner: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The engine Deployment for an effective spec (models, TP and engine knobs resolved).
 
-    ``placement`` comes from the GPU plan: GPUs per replica, node requirements, tolerations.
+    ``placement`` comes from the GPU plan: GPUs per replica, node requirements, tolerations;
+    ``plan`` sizes CPU, memory, /dev/shm and the cache (``children.sizing``).
     """
     labels = common_labels(name, spec.engine.name)
     # The annotations plain Prometheus' kubernetes-pods job scrapes by; spec.podMetadata can
@@ -184,15 +242,10 @@ def build_deployment(
         "labels": {**spec.pod_metadata.labels, **labels},
         "annotations": {**scrape, **spec.pod_metadata.annotations},
     }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": object_metadata(name, namespace, labels, owner),
-        "spec": {
-            "replicas": spec.replicas,
-            "selector": {"matchLabels": selector_labels(name)},
-            # A GPU pair cannot surge: a second copy would need a second set of GPUs.
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
-            "template": {"metadata": pod_meta, "spec": _pod_spec(spec, launch, placement)},
-        },
+    body = {
+        "replicas": spec.replicas,
+        "selector": {"matchLabels": selector_labels(name)},
+        "strategy": _strategy(spec.rollout),
+        "template": {"metadata": pod_meta, "spec": _pod_spec(name, spec, launch, placement, plan)},
     }
+    return child_manifest("apps/v1", "Deployment", name, namespace, spec.engine.name, owner, body)

@@ -57,3 +57,21 @@ def object_metadata(
     if owner is not None:
         meta["ownerReferences"] = [owner_reference(owner)]
     return meta
+
+
+def child_manifest(
+    api_version: str,
+    kind: str,
+    name: str,
+    namespace: str,
+    engine: str,
+    owner: dict[str, Any] | None,
+    spec: dict[str, Any],
+) -> dict[str, Any]:
+    """One child of the resource: named after it, with the common labels and its owner."""
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": object_metadata(name, namespace, common_labels(name, engine), owner),
+        "spec": spec,
+    }

@@ -6,7 +6,7 @@ from typing import Any
 
 from specdeploy import api
 from specdeploy.children.deployment import ENGINE_PORT_NAME
-from specdeploy.children.labels import common_labels, object_metadata, selector_labels
+from specdeploy.children.labels import child_manifest, selector_labels
 from specdeploy.engines import EngineLaunch
 
 
@@ -18,23 +18,14 @@ def build_service(
     owner: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The Service in front of the engine pods (OpenAI-compatible API and /metrics)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": object_metadata(name, namespace, common_labels(name, spec.engine.name), owner),
-        "spec": {
-            "type": spec.service.type,
-            "selector": selector_labels(name),
-            "ports": [
-                {
-                    "name": ENGINE_PORT_NAME,
-                    "port": spec.service.port or launch.port,
-                    "targetPort": launch.port,
-                    "protocol": "TCP",
-                }
-            ],
-        },
+    port = {
+        "name": ENGINE_PORT_NAME,
+        "port": spec.service.port or launch.port,
+        "targetPort": launch.port,
+        "protocol": "TCP",
     }
+    body = {"type": spec.service.type, "selector": selector_labels(name), "ports": [port]}
+    return child_manifest("v1", "Service", name, namespace, spec.engine.name, owner, body)
 
 
 def endpoint(name: str, namespace: str, spec: api.SpeculativeDeploymentSpec, launch: EngineLaunch) -> str:

@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: {meta.get('name')}: {result.reason}: {result.message}", file=sys.stderr)
             status = 1
             continue
-        documents += [d for d in (result.deployment, result.service) if d is not None]
+        wanted = (result.deployment, result.service, result.disruption_budget)
+        documents += [d for d in wanted if d is not None]
     if documents:
         print(yaml.safe_dump_all(documents, sort_keys=False, width=120), end="")
     return status

@@ -32,7 +32,7 @@ MANAGED = {children.MANAGED_BY_LABEL: children.MANAGED_BY}
 # (Any: kopf does not export the type of its PRESENT marker.)
 ENGINE_PODS: dict[str, Any] = {**MANAGED, children.INSTANCE_LABEL: kopf.PRESENT}
 ENGINE_POD_SELECTOR = f"{children.MANAGED_BY_LABEL}={children.MANAGED_BY},{children.INSTANCE_LABEL}"
-INDICES = ("resources", "child_deployments", "child_services", "gpu_nodes", "engine_pods")
+INDICES = ("resources", "child_deployments", "child_services", "child_budgets", "gpu_nodes", "engine_pods")
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,9 @@ class IndexView:
 
     def service(self, key: Key) -> dict[str, Any] | None:
         return self._latest("child_services", key)
+
+    def disruption_budget(self, key: Key) -> dict[str, Any] | None:
+        return self._latest("child_budgets", key)
 
     def resource_keys(self) -> list[Key]:
         return list(self._indices["resources"])
@@ -232,6 +235,11 @@ def child_services(namespace: str | None, name: str, body: kopf.Body, **_: Any) 
     return {(namespace, name): dict(body)}
 
 
+@kopf.index("policy", "v1", "poddisruptionbudgets", labels=MANAGED)
+def child_budgets(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Key, dict[str, Any]]:
+    return {(namespace, name): dict(body)}
+
+
 @kopf.index("v1", "nodes")
 def gpu_nodes(name: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
     return {name: planner_view(body)}
@@ -255,6 +263,7 @@ async def on_resource(
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
 @kopf.on.event("v1", "services", labels=MANAGED)
+@kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=MANAGED)
 async def on_child(namespace: str | None, labels: kopf.Labels, memo: OperatorMemo, **kwargs: Any) -> None:
     """A child changed (or was deleted): reconcile its owner, which repairs drift."""
     owner = labels.get(children.INSTANCE_LABEL)

@@ -98,6 +98,10 @@ class KubeClient:
     def batch(self) -> client.BatchV1Api:
         return client.BatchV1Api(self.api_client)
 
+    @functools.cached_property
+    def policy(self) -> client.PolicyV1Api:
+        return client.PolicyV1Api(self.api_client)
+
     def apply(self, manifest: dict[str, Any]) -> None:
         """Server-side apply, forcing ownership of exactly the fields the operator sets."""
         meta = manifest["metadata"]
@@ -114,6 +118,7 @@ class KubeClient:
             "Deployment": self.apps.patch_namespaced_deployment,
             "Service": self.core.patch_namespaced_service,
             "Job": self.batch.patch_namespaced_job,
+            "PodDisruptionBudget": self.policy.patch_namespaced_pod_disruption_budget,
         }.get(kind)
         if patch is None:
             raise ValueError(f"no apply for kind {kind}")

@@ -42,6 +42,8 @@ class ClusterView(Protocol):
 
     def service(self, key: Key) -> dict[str, Any] | None: ...
 
+    def disruption_budget(self, key: Key) -> dict[str, Any] | None: ...
+
     def resource_keys(self) -> list[Key]: ...
 
     def nodes(self) -> list[dict[str, Any]]: ...
@@ -202,7 +204,9 @@ class Reconciler:
         deployment = view.deployment(key)
         service = view.service(key)
         if not desired.blocked:
-            desired = await self._apply_children(key, desired, deployment, service)
+            budget = view.disruption_budget(key)
+            current = {"Deployment": deployment, "Service": service, "PodDisruptionBudget": budget}
+            desired = await self._apply_children(key, desired, current)
         reading = None if self.engine_metrics is None else self.engine_metrics.reading(key)
         new_status, transitions = status.status_for(
             body, desired, deployment, view.pods(key), reading, reachable=service is not None
@@ -228,16 +232,16 @@ class Reconciler:
         self,
         key: Key,
         desired: pipeline.Desired,
-        deployment: dict[str, Any] | None,
-        service: dict[str, Any] | None,
+        current: dict[str, dict[str, Any] | None],
     ) -> pipeline.Desired:
-        """Apply the children that differ; a child the apiserver refuses as written (invalid,
-        denied by a policy, over quota) blocks the resource with that message and a retry."""
-        for manifest, current in ((desired.deployment, deployment), (desired.service, service)):
+        """Apply the children that differ from ``current`` (the watched ones, by kind); a child the
+        apiserver refuses as written (invalid, denied by a policy, over quota) blocks the resource
+        with that message and a retry."""
+        for manifest in (desired.deployment, desired.service, desired.disruption_budget):
             if manifest is None:
                 continue
             try:
-                await self._apply(key, diffing.stamped(manifest), current)
+                await self._apply(key, diffing.stamped(manifest), current[manifest["kind"]])
             except Refused as exc:
                 return dataclasses.replace(
                     desired, blocked=True, reason="ChildRejected", message=str(exc), retry=True

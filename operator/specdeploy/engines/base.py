@@ -8,6 +8,7 @@ spec, so ``specdeploy render`` and the operator produce the same bytes.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,12 +21,12 @@ HOST = "0.0.0.0"
 # Both servers answer here while the process is up; what proves they serve differs per engine.
 LIVENESS_PATH = "/health"
 
-# Loading a 60 GB verifier means pulling it from the hub (10-20 min at 50-100 MB/s on a cold
-# cache), copying it onto the GPUs, then compiling and capturing CUDA graphs for verifier and
-# draft. A startup probe only holds liveness off until the first success, so a generous budget
-# costs nothing on a warm start: 180 x 10 s = 30 min.
+# The startup budget is spec.lifecycle.startupTimeoutSeconds (30 min by default) in periods of
+# STARTUP_PERIOD_S: loading a 60 GB verifier means pulling it from the hub (10-20 min at
+# 50-100 MB/s on a cold cache), copying it onto the GPUs, then compiling and capturing CUDA
+# graphs for verifier and draft. A startup probe only holds liveness off until the first
+# success, so a generous budget costs nothing on a warm start.
 STARTUP_PERIOD_S = 10
-STARTUP_FAILURE_THRESHOLD = 180
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,12 @@ def _user_env(spec: api.SpeculativeDeploymentSpec) -> list[dict[str, str]]:
     return [{"name": name, "value": value} for name, value in merged.items()]
 
 
+def startup_failure_threshold(spec: api.SpeculativeDeploymentSpec) -> int:
+    """Startup probe failures that fill ``lifecycle.startupTimeoutSeconds`` (rounded up, so the
+    engine never gets less time than the spec grants)."""
+    return math.ceil(spec.lifecycle.startup_timeout_seconds / STARTUP_PERIOD_S)
+
+
 def launch(
     engine: Engine,
     spec: api.SpeculativeDeploymentSpec,
@@ -160,15 +167,15 @@ def launch(
 ) -> EngineLaunch:
     """The launch of ``command``: ``ready_path`` gates startup and traffic, ``/health`` liveness.
 
-    The startup probe has the long budget of STARTUP_FAILURE_THRESHOLD; once it passes, readiness
-    takes a replica out of the Service within 30 s and liveness restarts it after a minute.
+    The startup probe has the long budget of :func:`startup_failure_threshold`; once it passes,
+    readiness takes a replica out of the Service within 30 s and liveness restarts it after a minute.
     """
     return EngineLaunch(
         image=_image(spec, engine.default_image),
         command=command,
         port=engine.port,
         startup_probe=_http_probe(
-            ready_path, engine.port, STARTUP_PERIOD_S, STARTUP_FAILURE_THRESHOLD, ready_timeout_s
+            ready_path, engine.port, STARTUP_PERIOD_S, startup_failure_threshold(spec), ready_timeout_s
         ),
         readiness_probe=_http_probe(
             ready_path, engine.port, period_s=10, failure_threshold=3, timeout_s=ready_timeout_s

@@ -1,0 +1,33 @@
+"""The PodDisruptionBudget of the engine pods.
+
+It bounds voluntary evictions (``kubectl drain``, node upgrades, the cluster autoscaler) to one
+engine pod at a time. ``maxUnavailable: 1`` rather than a ``minAvailable`` count: scaling never
+rewrites it, and at one replica it still lets a drain evict the pod (a ``minAvailable: 1`` budget
+would block that node's drain forever), so every resource has one and the operator never deletes
+it. A rollout is not an eviction (the Deployment replaces pods itself, bounded by its own
+maxUnavailable from ``spec.rollout``), but the budget counts the pod a rollout took down, so a
+drain during a rollout waits until the replacement is ready.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specdeploy import api
+from specdeploy.children.labels import child_manifest, selector_labels
+
+MAX_UNAVAILABLE = 1
+
+
+def build_disruption_budget(
+    name: str, namespace: str, spec: api.SpeculativeDeploymentSpec, owner: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The budget of ``spec``'s engine pods."""
+    body = {
+        "maxUnavailable": MAX_UNAVAILABLE,
+        "selector": {"matchLabels": selector_labels(name)},
+        # An engine that is not Ready (still loading, crash-looping) serves nobody: evicting it
+        # costs nothing, and without this a broken pod would block the node's drain forever.
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
+    }
+    return child_manifest("policy/v1", "PodDisruptionBudget", name, namespace, spec.engine.name, owner, body)
