@@ -10,8 +10,6 @@ from __future__ import annotations
 import os
 import re
 import secrets
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -57,27 +55,9 @@ def helm_binary() -> str:
 @pytest.fixture(scope="session")
 def kustomize_binary() -> str:
     """kustomize at the pinned version, built once with `go install` into the cache like helm."""
-    from specdeploy.sandbox.binaries import cache_root
+    from specdeploy.sandbox.binaries import go_install
 
-    bin_dir = cache_root() / "kustomize" / KUSTOMIZE_VERSION / "bin"
-    kustomize = bin_dir / "kustomize"
-    if not kustomize.exists():
-        go = shutil.which("go")
-        if go is None:
-            pytest.fail("the Go toolchain is needed to build kustomize (as for helm and the sandbox)")
-        bin_dir.mkdir(parents=True, exist_ok=True)
-        package = f"sigs.k8s.io/kustomize/kustomize/v5@{KUSTOMIZE_VERSION}"
-        env = {**os.environ, "CGO_ENABLED": "0", "GOBIN": str(bin_dir)}
-        proc = subprocess.run(
-            [go, "install", "-trimpath", package],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=1200,
-            check=False,
-        )
-        assert proc.returncode == 0, f"go install {package} failed:\n{proc.stderr[-3000:]}"
-    return str(kustomize)
+    return str(go_install("kustomize", "sigs.k8s.io/kustomize/kustomize/v5", KUSTOMIZE_VERSION))
 
 
 @pytest.fixture(scope="session")

@@ -42,26 +42,8 @@ FULL_SHA = re.compile(r"^[\w.-]+/[\w.-]+@[0-9a-f]{40}$")
 
 
 def actionlint_binary() -> Path:
-    """actionlint at the pinned version, built once into the cache with the sandbox's Go helpers."""
-    bin_dir = binaries.cache_root() / "tools" / "actionlint" / ACTIONLINT_VERSION / "bin"
-    actionlint = bin_dir / "actionlint"
-    if not actionlint.exists():
-        bin_dir.mkdir(parents=True, exist_ok=True)
-        binaries._progress(f"building actionlint {ACTIONLINT_VERSION}")
-        binaries._run(
-            [
-                binaries._go(),
-                "install",
-                "-trimpath",
-                "-ldflags",
-                "-s -w",
-                f"{ACTIONLINT_MODULE}/cmd/actionlint@{ACTIONLINT_VERSION}",
-            ],
-            bin_dir,
-            "building actionlint",
-            {"CGO_ENABLED": "0", "GOBIN": str(bin_dir)},
-        )
-    return actionlint
+    """actionlint at the pinned version, built once into the cache like helm."""
+    return binaries.go_install("actionlint", f"{ACTIONLINT_MODULE}/cmd/actionlint", ACTIONLINT_VERSION)
 
 
 @pytest.fixture(scope="module")

@@ -234,17 +234,23 @@ def ensure_helm() -> Path:
     The chart tests drive this binary rather than one on PATH, so lint rules and rendering are
     the same everywhere.
     """
-    bin_dir = cache_root() / "helm" / HELM_VERSION / "bin"
-    helm = bin_dir / "helm"
-    if not helm.exists():
+    return go_install("helm", f"{HELM_MODULE}/cmd/helm", HELM_VERSION, helm_ldflags(HELM_VERSION))
+
+
+def go_install(tool: str, package: str, version: str, ldflags: str = "-s -w") -> Path:
+    """``tool`` built once from ``package@version`` with ``go install`` into
+    ``<cache>/<tool>/<version>/bin`` (a static binary), then reused: the tools the tests drive
+    (helm, kustomize, actionlint) are the same pinned build everywhere."""
+    bin_dir = cache_root() / tool / version / "bin"
+    binary = bin_dir / tool
+    if not binary.exists():
         go = _go()
         bin_dir.mkdir(parents=True, exist_ok=True)
-        _progress(f"building helm {HELM_VERSION}; a cold build takes a few minutes on 2 cores")
-        package = f"{HELM_MODULE}/cmd/helm@{HELM_VERSION}"
+        _progress(f"building {tool} {version} (once; cached under {bin_dir})")
         _run(
-            [go, "install", "-trimpath", "-ldflags", helm_ldflags(HELM_VERSION), package],
+            [go, "install", "-trimpath", "-ldflags", ldflags, f"{package}@{version}"],
             bin_dir,
-            "building helm",
+            f"building {tool}",
             {"CGO_ENABLED": "0", "GOBIN": str(bin_dir)},
         )
-    return helm
+    return binary
