@@ -103,9 +103,9 @@ def test_engine_runs_as_a_non_root_user_with_home_and_cache_on_its_volumes() -> 
     assert pod["securityContext"] == {
         "seccompProfile": {"type": "RuntimeDefault"},
         "runAsNonRoot": True,
-        "runAsUser": 1000,
-        "runAsGroup": 1000,
-        "fsGroup": 1000,
+        "runAsUser": 65532,
+        "runAsGroup": 65532,
+        "fsGroup": 65532,
         "fsGroupChangePolicy": "OnRootMismatch",
     }
     assert engine["securityContext"] == {

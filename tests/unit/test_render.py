@@ -57,7 +57,7 @@ def test_seed_000_pod(capsys: pytest.CaptureFixture[str]) -> None:
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}} in pod["volumes"]
     assert {"name": "model-cache", "emptyDir": {"sizeLimit": "75Gi"}} in pod["volumes"]
     # Non-root, with HOME and the hub cache on the pod's own volumes.
-    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 1000
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 65532
     env = {e["name"]: e.get("value") for e in engine["env"]}
     assert env["HOME"] == "/home/engine" and env["HF_HOME"] == "/home/engine/.cache/huggingface"
     assert engine["lifecycle"] == {"preStop": {"sleep": {"seconds": 10}}}

@@ -6,6 +6,8 @@ from collections import Counter
 
 import pytest
 
+from specdeploy import api
+from specdeploy.children.sizing import pod_sizing
 from specdeploy.sandbox import nodes
 
 
@@ -106,3 +108,13 @@ nodeGroups:
 def test_numbers_are_accepted_where_the_file_takes_strings() -> None:
     [spec] = nodes.parse_node_groups("nodeGroups: [{name: 7, cpu: 16, memory: 64, labels: {rack: 3}}]")
     assert (spec.name, spec.cpu, spec.memory, spec.labels) == ("7-0", "16", "64", {"rack": "3"})
+
+
+def test_a_default_gpu_node_takes_one_seed_engine_pod_per_gpu() -> None:
+    """add-node's GPU servers have the CPU and memory of real ones: eight pods of the seed pair,
+    with the requests the operator derives (4 CPUs, 66Gi), fit on an 8 x H100 node."""
+    node = nodes.gpu_node("h", "NVIDIA-H100-80GB-HBM3", 8)
+    plan = api.Plan(tensor_parallel_size=1, gpus_per_replica=1, weights_gib=56.9, speculator_weights_gib=1)
+    seed = pod_sizing(plan)
+    assert (node.cpu, node.memory) == ("192", "2000Gi")
+    assert 8 * int(seed.cpu) <= int(node.cpu) and 8 * int(seed.memory.removesuffix("Gi")) <= 2000

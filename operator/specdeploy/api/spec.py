@@ -361,6 +361,9 @@ class Resources(ApiModel):
 
 
 UID_MAX = 2_147_483_647
+# A high UID (and group) of no user on the node or in the images, so a container escape lands
+# on an unprivileged, unshared identity (the convention of distroless "nonroot", as the operator).
+ENGINE_UID = 65532
 
 
 class Security(ApiModel):
@@ -374,10 +377,10 @@ class Security(ApiModel):
             "the image's user (root for the vLLM and SGLang images); the pods then meet baseline only."
         ),
     )
-    run_as_user: int = Field(default=1000, ge=1, le=UID_MAX, description="UID of the engine (not 0).")
-    run_as_group: int = Field(default=1000, ge=0, le=UID_MAX, description="Primary GID of the engine.")
+    run_as_user: int = Field(default=ENGINE_UID, ge=1, le=UID_MAX, description="UID of the engine (not 0).")
+    run_as_group: int = Field(default=ENGINE_UID, ge=0, le=UID_MAX, description="Primary GID of the engine.")
     fs_group: int = Field(
-        default=1000,
+        default=ENGINE_UID,
         ge=0,
         le=UID_MAX,
         description="Group owning the volumes, so a model cache claim written before stays writable.",

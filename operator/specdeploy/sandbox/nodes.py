@@ -63,22 +63,34 @@ class NodeSpec:
     engine: bool = False
 
 
+CPU_PER_GPU = 24
+MEMORY_GIB_PER_GPU = 250
+
+
 def gpu_node(
     name: str,
     product: str,
     gpus: int,
     gpu_memory_mib: int | None = None,
-    cpu: str = "96",
-    memory: str = "512Gi",
+    cpu: str | None = None,
+    memory: str | None = None,
 ) -> NodeSpec:
-    """A GPU node spec; the GPU memory defaults to what GFD reports for known products."""
+    """A GPU node spec; the GPU memory defaults to what GFD reports for known products, CPU and
+    memory to a GPU server's (24 cores and 250 GiB a GPU: 192 and 2000Gi for 8, as the packaged
+    H100 nodes), so every GPU can take an engine pod with the requests the operator derives."""
     known = lookup_gpu(product)
     memory_mib = gpu_memory_mib or (known.memory_mib if known else None)
     if memory_mib is None:
         raise NodeFileError(f"unknown GPU product {product!r}: give its memory in MiB")
     if gpus < 1:
         raise NodeFileError(f"node {name}: a GPU node needs at least one GPU")
-    return NodeSpec(name=name, cpu=cpu, memory=memory, gpu=GpuSpec(product, gpus, memory_mib), group=name)
+    return NodeSpec(
+        name=name,
+        cpu=cpu or str(CPU_PER_GPU * gpus),
+        memory=memory or f"{MEMORY_GIB_PER_GPU * gpus}Gi",
+        gpu=GpuSpec(product, gpus, memory_mib),
+        group=name,
+    )
 
 
 class _Schema(BaseModel):
