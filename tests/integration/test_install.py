@@ -190,9 +190,10 @@ def _writes_by(audit_log: Path, user: str, namespace: str) -> set[tuple[str, str
     return writes
 
 
-def _seed(name: str) -> str:
+def _seed(name: str, replicas: int = 1) -> str:
     body = yaml.safe_load(SEED.read_text())
     body["metadata"]["name"] = name
+    body["spec"]["replicas"] = replicas
     return json.dumps(body)
 
 
@@ -241,13 +242,14 @@ def test_helm_install_upgrade_uninstall_as_the_charts_service_account(
     assert vwc["webhooks"][0]["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
     assert vwc["webhooks"][0]["failurePolicy"] == "Ignore"
 
-    # The operator as the ServiceAccount reconciles the seed example to Ready.
+    # The operator as the ServiceAccount reconciles the seed example, at two replicas (so with a
+    # PodDisruptionBudget), to Ready.
     sa_kubeconfig = _token_kubeconfig(kubectl, tmp_path)
     args = _container_args(kubectl)
     assert args == [*ACCEPTANCE_FLAGS, f"--namespace={namespace}"]
     wait_for = WaitFor(kubectl, namespace)
     with _operator_as_service_account(sa_kubeconfig, args, tmp_path / "namespaced.log"):
-        kubectl("apply", "-f", "-", input=_seed("seed"), namespace=namespace)
+        kubectl("apply", "-f", "-", input=_seed("seed", replicas=2), namespace=namespace)
         wait_for(lambda: _ready(kubectl, namespace, "seed"), 90, "the seed to be Ready (namespaced RBAC)")
     writes = _writes_by(audit_log, SERVICE_ACCOUNT, namespace)
     assert {

@@ -194,15 +194,16 @@ def test_disruption_budget_allows_one_eviction_and_selects_the_engine_pods() -> 
     budget = children.build_disruption_budget(
         "pair", "ns", s, owner={"metadata": {"name": "pair", "uid": "u1"}}
     )
-    assert budget["spec"] == {
+    assert budget is not None and budget["spec"] == {
         "maxUnavailable": 1,
         "selector": {"matchLabels": deployment(s)["spec"]["selector"]["matchLabels"]},
         "unhealthyPodEvictionPolicy": "AlwaysAllow",
     }
     assert budget["metadata"]["ownerReferences"][0]["uid"] == "u1"
-    # The same object at any replica count: scaling never rewrites it.
+    # The same object at any replica count above one (scaling never rewrites it); none at one.
+    assert children.build_disruption_budget("pair", "ns", spec(replicas=1)) is None
     assert children.build_disruption_budget(
-        "pair", "ns", spec(replicas=1)
+        "pair", "ns", spec(replicas=2)
     ) == children.build_disruption_budget("pair", "ns", s)
 
 

@@ -317,7 +317,6 @@ def converge_seed(h: Harness, body: dict[str, Any] | None = None) -> dict[str, A
     ((_, patch),) = h.kube.status_patches
     h.view.deployments[key] = stored(applied(h.kube, "Deployment"), "11")
     h.view.services[key] = stored(applied(h.kube, "Service"), "12")
-    h.view.budgets[key] = stored(applied(h.kube, "PodDisruptionBudget"), "14")
     h.view.resources[key] = with_status(h.view.resources[key], patch, "13")
     h.quiet()
     return patch
@@ -329,14 +328,13 @@ def converge_seed(h: Harness, body: dict[str, Any] | None = None) -> dict[str, A
 
 
 def test_first_pass_applies_each_child_once_and_patches_status(harness: Harness) -> None:
-    """A new resource: one Deployment, Service and PodDisruptionBudget, one status patch, an event
-    per new condition."""
+    """A new resource: one Deployment, one Service, one status patch, an event per new condition."""
     harness.view.add(resource())
     assert harness.run() == "converged"
 
-    assert [m["kind"] for m in harness.kube.applies] == ["Deployment", "Service", "PodDisruptionBudget"]
-    deployment, service, budget = harness.kube.applies
-    for manifest in (deployment, service, budget):
+    assert [m["kind"] for m in harness.kube.applies] == ["Deployment", "Service"]
+    deployment, service = harness.kube.applies
+    for manifest in (deployment, service):
         assert manifest["metadata"]["namespace"] == NAMESPACE and manifest["metadata"]["name"] == NAME
         assert manifest == diffing.stamped({**manifest, "metadata": _unstamped(manifest["metadata"])})
         assert manifest["metadata"]["ownerReferences"][0]["uid"] == f"uid-{NAME}"
@@ -344,7 +342,6 @@ def test_first_pass_applies_each_child_once_and_patches_status(harness: Harness)
     assert command(deployment)[command(deployment).index("--tensor-parallel-size") + 1] == "1"
     resources = deployment["spec"]["template"]["spec"]["containers"][0]["resources"]
     assert resources["limits"] == {"memory": resources["requests"]["memory"], "nvidia.com/gpu": "1"}
-    assert budget["spec"]["selector"] == deployment["spec"]["selector"]
     assert service["spec"]["ports"][0]["port"] == 8000
 
     ((key, patch),) = harness.kube.status_patches
@@ -401,7 +398,7 @@ def test_a_child_the_apiserver_refuses_is_a_condition_with_its_message_and_a_ret
     assert [t.delay for t in harness.timers.pending()] == [RETRY_MIN_SECONDS]
     del harness.kube.refuse["Deployment"]
     assert harness.run() == "converged"  # what the retry's pass finds once the refusal is gone
-    assert [m["kind"] for m in harness.kube.applies] == ["Deployment", "Service", "PodDisruptionBudget"]
+    assert [m["kind"] for m in harness.kube.applies] == ["Deployment", "Service"]
 
 
 def _unstamped(meta: dict[str, Any]) -> dict[str, Any]:
@@ -448,7 +445,7 @@ def test_stale_cache_gets_no_duplicate_write_and_a_reverted_edit_is_reapplied(ha
     """The ledger: no repeat while the cache lags behind our writes; drift seen later is repaired."""
     harness.view.add(resource())
     assert harness.run() == "converged"
-    assert harness.kube.writes() == 4
+    assert harness.kube.writes() == 3
     want, service = applied(harness.kube, "Deployment"), applied(harness.kube, "Service")
     harness.quiet()
 
@@ -458,8 +455,8 @@ def test_stale_cache_gets_no_duplicate_write_and_a_reverted_edit_is_reapplied(ha
         assert harness.run() == "converged"
     assert harness.kube.writes() == 0 and harness.events.posted == []
 
-    # The ledger holds the four writes until the cache moves past the versions they were made on.
-    assert len(harness.reconciler.ledger) == 4
+    # The ledger holds the three writes until the cache moves past the versions they were made on.
+    assert len(harness.reconciler.ledger) == 3
     # The watch catches up, but with someone's edit on top: the command was replaced.
     edited = stored(want, "15")
     edited["spec"]["template"]["spec"]["containers"][0]["command"] = ["sleep", "inf"]
@@ -566,7 +563,6 @@ def test_a_b200_node_joining_reconciles_the_waiting_resource(harness: Harness) -
     assert [(m["kind"], m["metadata"]["name"]) for m in harness.kube.applies] == [
         ("Deployment", "qwen3-b200"),
         ("Service", "qwen3-b200"),
-        ("PodDisruptionBudget", "qwen3-b200"),
     ]
     affinity = harness.kube.applies[0]["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
     terms = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
@@ -622,7 +618,7 @@ def test_the_first_node_event_only_initialises_the_inventory(harness: Harness) -
     assert harness.reconciler.gpus.signature != ""
 
     harness.node_event(node("h100-0", H100))
-    assert [m["kind"] for m in harness.kube.applies] == ["Deployment", "Service", "PodDisruptionBudget"]
+    assert [m["kind"] for m in harness.kube.applies] == ["Deployment", "Service"]
     assert harness.kube.applies[0]["metadata"]["name"] == "qwen3-b200"
 
 
@@ -641,7 +637,7 @@ def test_the_packaged_sandbox_nodes_plan_the_seed_on_h100(harness: Harness) -> N
     harness.view.add(resource())
     assert harness.run() == "converged"
     ((_, patch),) = harness.kube.status_patches
-    assert patch["plan"]["gpuProduct"] == H100 and harness.kube.writes() == 4
+    assert patch["plan"]["gpuProduct"] == H100 and harness.kube.writes() == 3
 
 
 def test_unreachable_metadata_is_retried_on_the_injected_timer(tmp_path: Path) -> None:
@@ -825,3 +821,38 @@ def test_admission_rejects_an_invalid_spec_naming_the_field() -> None:
     """Schema problems the CRD may not catch still name the field."""
     problem = admission.review(resource(replicas=-1), ModelResolver())
     assert problem is not None and "spec.replicas" in problem
+
+
+def test_replicas_get_a_disruption_budget_that_scaling_down_leaves_alone(harness: Harness) -> None:
+    """More than one replica: a PodDisruptionBudget, applied once and repaired like any child.
+    Back at one replica nothing is applied or deleted for it (the same object allows that one
+    eviction), and a single-replica resource never gets one."""
+    key = harness.view.add(resource(replicas=3))
+    assert harness.run() == "converged"
+    assert [m["kind"] for m in harness.kube.applies] == ["Deployment", "Service", "PodDisruptionBudget"]
+    budget = applied(harness.kube, "PodDisruptionBudget")
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert budget["metadata"]["ownerReferences"][0]["uid"] == f"uid-{NAME}"
+    harness.view.deployments[key] = stored(applied(harness.kube, "Deployment"), "11")
+    harness.view.services[key] = stored(applied(harness.kube, "Service"), "12")
+    harness.view.budgets[key] = stored(budget, "14")
+    harness.quiet()
+
+    # Someone loosens the budget: the next pass puts it back, and only it.
+    edited = stored(budget, "15")
+    edited["spec"]["maxUnavailable"] = 3
+    harness.view.budgets[key] = edited
+    assert harness.run() == "converged"
+    assert [m["kind"] for m in harness.kube.applies] == ["PodDisruptionBudget"]
+    assert harness.kube.applies[0]["spec"] == budget["spec"]
+    harness.view.budgets[key] = stored(budget, "16")
+    harness.quiet()
+
+    harness.view.resources[key] = resource(replicas=1, generation=2, version="17")
+    assert harness.run() == "converged"
+    assert [m["kind"] for m in harness.kube.applies] == ["Deployment"]
+
+    harness.quiet()
+    single = harness.view.add(resource(name="single"))
+    assert harness.run(single) == "converged"
+    assert [m["kind"] for m in harness.kube.applies] == ["Deployment", "Service"]
