@@ -1,14 +1,18 @@
-"""How much the operator costs at N resources: time to Ready, writes, CPU, memory, restarts, and
-what its engine metrics reader costs.
+"""How much the operator costs at N resources, side by side with its limit: the same children
+applied by hand with `kubectl apply --server-side`.
 
-Starts a sandbox of its own (or uses --kubeconfig), adds enough simulated H100 nodes for N
-single-GPU pairs, runs the operator as a real process and creates N SpeculativeDeployments.
-The pods are simulated (Ready, nothing listening), so every read of their /metrics is refused:
-the reader's full cost at N ready pods, and the one status write each that says so
-(MetricsUnavailable). Prints numbers; asserts nothing. Every server is on loopback; every wait
-is bounded.
+For each N (fresh sandbox each, N/8 simulated 8 x H100 nodes): first the raw path, the N
+resources' children rendered offline with `specdeploy render` and applied as one file; then
+(the raw namespace deleted) the operator as a real process, with the N resources applied the
+same way. Both are timed to all children created and to all engine pods Ready (every
+Deployment's ready replicas). Then the operator's writes, CPU and memory until settled and while
+idle, and a restarted operator's resync. The pods are simulated (Ready, nothing listening), so
+every read of their /metrics is refused: the engine metrics reader's full cost at N ready pods.
 
-    python bench/reconcile_scale.py --resources 500
+Prints numbers, asserts nothing; every server is on loopback, every wait bounded.
+
+    python bench/reconcile_scale.py --resources 1000
+    python bench/reconcile_scale.py --resources 250 1000 3000 --plot docs/images/scale.png
 """
 
 from __future__ import annotations
@@ -21,15 +25,17 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psutil
+import yaml
 from kubernetes import client, config
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from specdeploy import api
+from specdeploy import api, children
 from specdeploy.sandbox import nodes
 from specdeploy.sandbox.binaries import ensure_kubectl
 from specdeploy.sandbox.cluster import Sandbox
@@ -38,28 +44,45 @@ from specdeploy.sandbox.operator_process import LocalOperator, start_operator
 REPO = Path(__file__).resolve().parents[1]
 CRD = REPO / "crds" / "specdeploy.io_speculativedeployments.yaml"
 NAMESPACE = "bench"
+RAW_NAMESPACE = "bench-raw"
 GPUS_PER_NODE = 8
+GPU_INVENTORY = f"h100-80gb:{GPUS_PER_NODE}"
+MANAGED = f"{children.MANAGED_BY_LABEL}={children.MANAGED_BY}"
 # The engine metrics reader's interval (the operator's default).
 READ_INTERVAL_S = 30.0
 # How long the write counter must stay flat before the operator counts as settled: longer than
 # a read interval, so the reader's verdict on the last pods to become Ready is in.
 SETTLE_QUIET_S = READ_INTERVAL_S + 10.0
-RESTART_QUIET_S = READ_INTERVAL_S + 5.0
-# A measurement window (idle CPU, writes and reads), not a wait for something to happen.
-IDLE_WINDOW_S = 60.0
+# A restarted operator has re-reconciled everything once its reconcile counter stops moving.
+RESYNC_QUIET_S = 5.0
+POLL_S = 1.0
 
 
-def resource(index: int) -> dict[str, Any]:
+def resource(index: int, namespace: str) -> dict[str, Any]:
     return {
         "apiVersion": api.API_VERSION,
         "kind": api.KIND,
-        "metadata": {"name": f"pair-{index:05d}", "namespace": NAMESPACE},
+        "metadata": {"name": f"pair-{index:05d}", "namespace": namespace},
         "spec": {
             "verifier": {"model": "Qwen/Qwen3-30B-A3B-Instruct-2507"},
             "speculator": {"model": "RedHatAI/Qwen3-30B-A3B-Instruct-2507-speculator.eagle3"},
             "parallelism": {"tensor": 1, "gpuProduct": "h100-80gb"},
         },
     }
+
+
+def write_resources(path: Path, count: int, namespace: str) -> Path:
+    path.write_text(yaml.safe_dump_all([resource(i, namespace) for i in range(count)]))
+    return path
+
+
+def kubectl(kubeconfig: Path, *args: str, timeout: float) -> None:
+    subprocess.run(
+        [str(ensure_kubectl()), f"--kubeconfig={kubeconfig}", *args],
+        check=True,
+        capture_output=True,
+        timeout=timeout,
+    )
 
 
 def scrape(url: str) -> list[Sample]:
@@ -74,214 +97,339 @@ def by_label(samples: list[Sample], name: str, label: str) -> dict[str, float]:
     return {sample.labels[label]: sample.value for sample in samples if sample.name == name}
 
 
-def value(samples: list[Sample], name: str) -> float:
-    """The value of the one unlabelled sample called ``name``."""
-    return next(sample.value for sample in samples if sample.name == name)
+def total(samples: list[Sample], name: str) -> float:
+    return sum(sample.value for sample in samples if sample.name == name)
 
 
 def writes(samples: list[Sample]) -> float:
-    return sum(by_label(samples, "specdeploy_writes_total", "kind").values())
+    return total(samples, "specdeploy_writes_total")
 
 
 def reconciles(samples: list[Sample]) -> float:
-    return sum(by_label(samples, "specdeploy_reconciles_total", "outcome").values())
+    return total(samples, "specdeploy_reconciles_total")
 
 
 def engine_reads(samples: list[Sample]) -> float:
-    return sum(by_label(samples, "specdeploy_engine_metrics_reads_total", "outcome").values())
+    return total(samples, "specdeploy_engine_metrics_reads_total")
 
 
-def speculation_reasons(custom: client.CustomObjectsApi) -> dict[str, int]:
-    """How many resources show each SpeculationEffective reason."""
-    items = custom.list_namespaced_custom_object(api.GROUP, api.VERSION, NAMESPACE, api.PLURAL)["items"]
-    reasons: dict[str, int] = {}
-    for item in items:
-        for cond in item.get("status", {}).get("conditions", []):
-            if cond["type"] == api.SPECULATION_EFFECTIVE:
-                reasons[cond["reason"]] = reasons.get(cond["reason"], 0) + 1
-    return reasons
+def cpu_seconds(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
 
 
-def proc_usage(pid: int) -> tuple[float, float]:
-    """(CPU seconds, resident MiB) of a process: psutil reads them portably, without parsing /proc."""
-    process = psutil.Process(pid)
-    times = process.cpu_times()
-    return times.user + times.system, process.memory_info().rss / 2**20
+def rss_mib(pid: int) -> float:
+    return float(psutil.Process(pid).memory_info().rss / 2**20)
 
 
-def ready_count(custom: client.CustomObjectsApi) -> int:
-    items = custom.list_namespaced_custom_object(api.GROUP, api.VERSION, NAMESPACE, api.PLURAL)["items"]
-    count = 0
-    for item in items:
-        for cond in item.get("status", {}).get("conditions", []):
-            if cond["type"] == "Ready" and cond["status"] == "True":
-                count += 1
-    return count
+def peak_rss_mib(pid: int) -> float:
+    """The most the process has held resident since it started (the kernel's high-water mark, so
+    no short peak between two samples is missed)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return rss_mib(pid)
 
 
-def wait(what: str, predicate: Any, timeout: float, interval: float = 1.0) -> float:
+def count_objects(lister: Callable[..., Any], namespace: str) -> int:
+    """How many objects a list would return, from a one-item page (the apiserver's count, which it
+    gives only for lists without a selector: the benchmark's namespaces hold nothing else)."""
+    page = lister(namespace, limit=1)
+    return len(page.items) + (page.metadata.remaining_item_count or 0)
+
+
+def ready_deployments(namespace: str) -> int:
+    """Deployments whose every replica is Ready: the engine pods are up."""
+    response = client.AppsV1Api().list_namespaced_deployment(
+        namespace, label_selector=MANAGED, _preload_content=False
+    )
+    items = json.loads(response.data)["items"]
+    return sum(
+        1
+        for item in items
+        if item.get("status", {}).get("readyReplicas", 0) >= item["spec"].get("replicas", 1)
+    )
+
+
+def ready_resources(namespace: str) -> int:
+    items = client.CustomObjectsApi().list_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL
+    )["items"]
+    return sum(
+        1
+        for item in items
+        for cond in item.get("status", {}).get("conditions", [])
+        if cond["type"] == api.READY and cond["status"] == "True"
+    )
+
+
+def milestones(checks: dict[str, Callable[[], bool]], started: float, timeout: float) -> dict[str, float]:
+    """Seconds from ``started`` until each check first held (each polled only until it holds)."""
+    reached: dict[str, float] = {}
+    while len(reached) < len(checks):
+        now = time.monotonic()
+        if now - started > timeout:
+            missing = sorted(set(checks) - set(reached))
+            raise SystemExit(f"timed out after {timeout:.0f}s waiting for {', '.join(missing)}")
+        for name, check in checks.items():
+            if name not in reached and check():
+                reached[name] = round(time.monotonic() - started, 1)
+        time.sleep(POLL_S)
+    return reached
+
+
+def rollout_checks(namespace: str, count: int) -> dict[str, Callable[[], bool]]:
+    apps, core = client.AppsV1Api(), client.CoreV1Api()
+    return {
+        "children": lambda: count_objects(apps.list_namespaced_deployment, namespace) == count
+        and count_objects(core.list_namespaced_service, namespace) == count,
+        "ready": lambda: ready_deployments(namespace) == count,
+    }
+
+
+def flat(read: Callable[[], float], quiet: float, timeout: float) -> tuple[float, float]:
+    """Wait until ``read()`` has not moved for ``quiet`` s: (seconds until its last move, value)."""
     started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        if predicate():
-            return time.monotonic() - started
-        time.sleep(interval)
-    raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what}")
-
-
-def settle(url: str, quiet: float, timeout: float) -> tuple[float, float]:
-    """Wait until the write counter has been flat for ``quiet`` s: (seconds before it went flat, writes)."""
-    started = time.monotonic()
-    last = writes(scrape(url))
-    flat_since = time.monotonic()
-    while time.monotonic() - flat_since < quiet:
+    last = read()
+    moved = started
+    while time.monotonic() - moved < quiet:
         if time.monotonic() - started > timeout:
-            raise SystemExit(f"timed out after {timeout:.0f}s waiting for the operator's writes to stop")
-        time.sleep(1.0)
-        now = writes(scrape(url))
+            raise SystemExit(f"timed out after {timeout:.0f}s waiting for the operator to settle")
+        time.sleep(0.5)
+        now = read()
         if now != last:
-            last, flat_since = now, time.monotonic()
-    return flat_since - started, last
+            last, moved = now, time.monotonic()
+    return moved - started, last
 
 
 def prepare_cluster(kubeconfig: Path, count: int) -> None:
-    """The CRD, enough GPU nodes for ``count`` single-GPU pairs and the namespace: all the operator needs."""
+    """The CRD, enough GPU nodes for ``count`` single-GPU pairs and the namespaces."""
     core = client.CoreV1Api()
-    subprocess.run(
-        [str(ensure_kubectl()), f"--kubeconfig={kubeconfig}", "apply", "--server-side", "-f", str(CRD)],
-        check=True,
-        capture_output=True,
-    )
-    extensions = client.ApiextensionsV1Api()
-    wait(
-        "the CRD to be Established",
-        lambda: any(
-            c.type == "Established" and c.status == "True"
-            for c in extensions.read_custom_resource_definition(f"{api.PLURAL}.{api.GROUP}").status.conditions
-            or []
-        ),
-        60,
+    kubectl(kubeconfig, "apply", "--server-side", "-f", str(CRD), timeout=60)
+    kubectl(
+        kubeconfig, "wait", "--for=condition=Established", f"crd/{api.PLURAL}.{api.GROUP}", timeout=60
     )
     for i in range((count + GPUS_PER_NODE - 1) // GPUS_PER_NODE):
         nodes.add_node(
             nodes.gpu_node(f"bench-h100-{i:04d}", "NVIDIA-H100-80GB-HBM3", GPUS_PER_NODE), core_v1=core
         )
-    core.create_namespace({"metadata": {"name": NAMESPACE}})
+    for namespace in (NAMESPACE, RAW_NAMESPACE):
+        core.create_namespace({"metadata": {"name": namespace}})
 
 
-def measure_to_ready(operator: LocalOperator, count: int, timeout: float) -> dict[str, Any]:
-    """Create ``count`` resources and measure the operator's cost until every one is Ready."""
-    custom = client.CustomObjectsApi()
-    results: dict[str, Any] = {}
-    base_cpu, base_rss = proc_usage(operator.process.pid)
-    results["operator_idle_rss_mib"] = round(base_rss, 1)
+def measure_raw(kubeconfig: Path, count: int, workdir: Path, timeout: float) -> dict[str, Any]:
+    """The limit: the same children rendered offline and applied by hand, as one file."""
+    crs = write_resources(workdir / "raw-resources.yaml", count, RAW_NAMESPACE)
+    rendered = workdir / "raw-children.yaml"
     started = time.monotonic()
-    for i in range(count):
-        custom.create_namespaced_custom_object(api.GROUP, api.VERSION, NAMESPACE, api.PLURAL, resource(i))
-    results["create_seconds"] = round(time.monotonic() - started, 1)
-    results["all_ready_seconds"] = round(
-        results["create_seconds"]
-        + wait("all Ready", lambda: ready_count(custom) == count, timeout, interval=5.0),
-        1,
-    )
-    cpu, rss = proc_usage(operator.process.pid)
-    samples = scrape(operator.metrics_url)
-    results["operator_cpu_seconds_to_ready"] = round(cpu - base_cpu, 1)
-    results["operator_rss_mib_at_ready"] = round(rss, 1)
-    results["writes_per_resource_to_ready"] = round(writes(samples) / count, 2)
-    results["reconciles_per_resource_to_ready"] = round(reconciles(samples) / count, 2)
-    results["mean_reconcile_ms"] = round(
-        1000
-        * value(samples, "specdeploy_reconcile_duration_seconds_sum")
-        / value(samples, "specdeploy_reconcile_duration_seconds_count"),
-        2,
-    )
+    with rendered.open("w") as out:
+        subprocess.run(
+            [sys.executable, "-m", "specdeploy", "render", "-f", str(crs), "--gpus", GPU_INVENTORY],
+            check=True,
+            stdout=out,
+            timeout=timeout,
+        )
+    results: dict[str, Any] = {"rawRenderSeconds": round(time.monotonic() - started, 1)}
+    started = time.monotonic()
+    kubectl(kubeconfig, "apply", "--server-side", "-f", str(rendered), timeout=timeout)
+    results["rawApplySeconds"] = round(time.monotonic() - started, 1)
+    reached = milestones(rollout_checks(RAW_NAMESPACE, count), started, timeout)
+    results["rawSecondsToAllChildrenCreated"] = reached["children"]
+    results["rawSecondsToAllReady"] = reached["ready"]
+    # Free the GPUs for the operator's run: the namespace and everything in it, gone.
+    started = time.monotonic()
+    kubectl(kubeconfig, "delete", "namespace", RAW_NAMESPACE, "--wait=true", f"--timeout={timeout:.0f}s",
+            timeout=timeout + 30)  # fmt: skip
+    results["rawCleanupSeconds"] = round(time.monotonic() - started, 1)
     return results
 
 
-def measure_idle(operator: LocalOperator, count: int, timeout: float) -> dict[str, Any]:
-    """What a settled operator still costs: writes and CPU over an idle window of IDLE_WINDOW_S."""
-    results: dict[str, Any] = {}
-    # Ready can precede the last rollout transitions (Progressing=False) under load: wait
-    # until the write counter has been flat before measuring the idle window.
-    settle_seconds, settled_writes = settle(operator.metrics_url, SETTLE_QUIET_S, timeout)
-    results["settle_after_ready_seconds"] = round(settle_seconds, 1)
-    results["writes_per_resource_settled"] = round(settled_writes / count, 2)
+def measure_to_ready(
+    kubeconfig: Path, operator: LocalOperator, count: int, workdir: Path, timeout: float
+) -> dict[str, Any]:
+    """The operator's path: the resources applied as one file, timed like the raw path."""
+    pid = operator.process.pid
+    results: dict[str, Any] = {"operatorIdleRssMiB": round(rss_mib(pid), 1)}
+    base_cpu = cpu_seconds(pid)
+    crs = write_resources(workdir / "resources.yaml", count, NAMESPACE)
+    started = time.monotonic()
+    kubectl(kubeconfig, "apply", "--server-side", "-f", str(crs), timeout=timeout)
+    results["applySeconds"] = round(time.monotonic() - started, 1)
+    checks = rollout_checks(NAMESPACE, count)
+    checks["resourcesReady"] = lambda: ready_resources(NAMESPACE) == count
+    reached = milestones(checks, started, timeout)
+    results["secondsToAllChildrenCreated"] = reached["children"]
+    results["secondsToAllReady"] = reached["ready"]
+    results["secondsToAllResourcesReady"] = reached["resourcesReady"]
     samples = scrape(operator.metrics_url)
-    cpu, _ = proc_usage(operator.process.pid)
-    time.sleep(IDLE_WINDOW_S)
-    idle = scrape(operator.metrics_url)
-    cpu_idle, rss = proc_usage(operator.process.pid)
-    results["idle_window_seconds"] = IDLE_WINDOW_S
-    results["idle_writes"] = writes(idle) - writes(samples)
-    results["idle_cpu_seconds"] = round(cpu_idle - cpu, 2)
-    results["idle_rss_mib"] = round(rss, 1)
-    results["idle_engine_reads_per_minute"] = round(
-        (engine_reads(idle) - engine_reads(samples)) * 60 / IDLE_WINDOW_S
-    )
-    results["engine_reads_by_outcome"] = by_label(idle, "specdeploy_engine_metrics_reads_total", "outcome")
-    results["mean_read_round_seconds"] = round(
-        value(idle, "specdeploy_engine_metrics_round_duration_seconds_sum")
-        / value(idle, "specdeploy_engine_metrics_round_duration_seconds_count"),
-        3,
-    )
-    results["reconciles_by_outcome"] = by_label(idle, "specdeploy_reconciles_total", "outcome")
-    results["writes_by_kind"] = by_label(idle, "specdeploy_writes_total", "kind")
-    results["speculation_effective_reasons"] = speculation_reasons(client.CustomObjectsApi())
+    results["operatorCpuSecondsToReady"] = round(cpu_seconds(pid) - base_cpu, 1)
+    results["writesPerResourceToReady"] = round(writes(samples) / count, 2)
+    results["reconcilesPerResourceToReady"] = round(reconciles(samples) / count, 2)
+    return results
+
+
+def measure_idle(operator: LocalOperator, count: int, window: float, timeout: float) -> dict[str, Any]:
+    """What a settled operator still costs: writes, CPU and engine reads over an idle window."""
+    pid = operator.process.pid
+    results: dict[str, Any] = {}
+    # Ready can precede the last rollout transitions and the reader's verdicts: wait until the
+    # write counter has been flat before measuring the idle window.
+    settle_seconds, settled = flat(lambda: writes(scrape(operator.metrics_url)), SETTLE_QUIET_S, timeout)
+    results["settleAfterReadySeconds"] = round(settle_seconds, 1)
+    results["writesPerResource"] = round(settled / count, 2)
+    before, cpu = scrape(operator.metrics_url), cpu_seconds(pid)
+    time.sleep(window)
+    after = scrape(operator.metrics_url)
+    per_minute = 60.0 / window
+    results["idleWindowSeconds"] = window
+    results["idleWritesPerMinute"] = round((writes(after) - writes(before)) * per_minute, 2)
+    results["idleCpuSecondsPerMinute"] = round((cpu_seconds(pid) - cpu) * per_minute, 2)
+    results["operatorSettledRssMiB"] = round(rss_mib(pid), 1)
+    results["operatorRssMiB"] = round(peak_rss_mib(pid), 1)
+    results["engineReadsPerMinute"] = round((engine_reads(after) - engine_reads(before)) * per_minute)
+    results["writesByKind"] = by_label(after, "specdeploy_writes_total", "kind")
     return results
 
 
 def measure_restart(kubeconfig: Path, workdir: Path, count: int, timeout: float) -> dict[str, Any]:
-    """A fresh operator over existing resources: how long its resync takes and what it writes."""
-    results: dict[str, Any] = {}
+    """A fresh operator over existing resources: how long until it has reconciled them all (its
+    reconcile counter past N and then still), and what it writes."""
+    started = time.monotonic()
     restarted = start_operator(kubeconfig, workdir / "operator-restart.log", webhook_dir=None)
+    results: dict[str, Any] = {"restartSecondsToHealthy": round(time.monotonic() - started, 1)}
     try:
-        started = time.monotonic()
-        wait(
-            "the restarted operator to resync every resource",
-            lambda: reconciles(scrape(restarted.metrics_url)) >= count,
-            timeout,
-        )
-        results["restart_resync_seconds"] = round(time.monotonic() - started, 1)
-        # Resyncs still in flight may write: count once the write counter has stopped moving.
-        _, results["restart_writes"] = settle(restarted.metrics_url, RESTART_QUIET_S, timeout)
+
+        def resynced() -> float:
+            # Below N the value keeps moving (the clock), so it can only go flat past N.
+            done = reconciles(scrape(restarted.metrics_url))
+            return done if done >= count else -time.monotonic()
+
+        seconds, _ = flat(resynced, RESYNC_QUIET_S, timeout)
+        results["restartSecondsToReconcileAll"] = round(seconds, 1)
+        results["restartWrites"] = writes(scrape(restarted.metrics_url))
+        results["restartRssMiB"] = round(rss_mib(restarted.process.pid), 1)
     finally:
         restarted.stop()
     return results
 
 
-def run(kubeconfig: Path, count: int, workdir: Path, timeout: float) -> dict[str, Any]:
+def run(kubeconfig: Path, count: int, workdir: Path, idle_window: float, timeout: float) -> dict[str, Any]:
     """Every measurement in order; the first operator is stopped before the restarted one starts."""
     config.load_kube_config(str(kubeconfig))
     prepare_cluster(kubeconfig, count)
     results: dict[str, Any] = {"resources": count}
+    results.update(measure_raw(kubeconfig, count, workdir, timeout))
     operator = start_operator(kubeconfig, workdir / "operator.log", webhook_dir=None)
     try:
-        results.update(measure_to_ready(operator, count, timeout))
-        results.update(measure_idle(operator, count, timeout))
+        results.update(measure_to_ready(kubeconfig, operator, count, workdir, timeout))
+        results.update(measure_idle(operator, count, idle_window, timeout))
     finally:
         operator.stop()
     results.update(measure_restart(kubeconfig, workdir, count, timeout))
+    for measure in ("ChildrenCreated", "Ready"):
+        raw = results[f"rawSecondsToAll{measure}"]
+        results[f"ratioToAll{measure}"] = round(results[f"secondsToAll{measure}"] / raw, 2) if raw else None
     return results
+
+
+def run_in_sandbox(count: int, workdir: Path, idle_window: float, timeout: float) -> dict[str, Any]:
+    sandbox = Sandbox(f"bench-{os.getpid()}-{count}", workdir / "sandboxes")
+    try:
+        sandbox.up(owner_pid=os.getpid(), engine_nodes=0)
+        return run(sandbox.kubeconfig, count, workdir, idle_window, timeout)
+    finally:
+        sandbox.down()
+
+
+def table(runs: list[dict[str, Any]]) -> list[str]:
+    """One line per measure, one column per run."""
+    rows = [
+        ("all children created: operator / raw (s)",
+         "secondsToAllChildrenCreated", "rawSecondsToAllChildrenCreated"),
+        ("all pods Ready: operator / raw apply (s)", "secondsToAllReady", "rawSecondsToAllReady"),
+        ("ratio operator / raw: children, Ready", "ratioToAllChildrenCreated", "ratioToAllReady"),
+        ("all resources Ready (s)", "secondsToAllResourcesReady", None),
+        ("operator resident memory: idle / peak (MiB)", "operatorIdleRssMiB", "operatorRssMiB"),
+        ("writes per resource", "writesPerResource", None),
+        ("idle: writes / CPU s per minute", "idleWritesPerMinute", "idleCpuSecondsPerMinute"),
+        ("engine metrics reads per minute", "engineReadsPerMinute", None),
+        ("operator CPU until all Ready (s)", "operatorCpuSecondsToReady", None),
+        ("restart: s to reconcile all / writes", "restartSecondsToReconcileAll", "restartWrites"),
+    ]  # fmt: skip
+    lines = [f"{'resources':<48}" + "".join(f"{r['resources']:>18}" for r in runs)]
+    for label, first, second in rows:
+        cells = [f"{r[first]:g}" + (f" / {r[second]:g}" if second else "") for r in runs]
+        lines.append(f"{label:<48}" + "".join(f"{c:>18}" for c in cells))
+    return lines
+
+
+def plot(runs: list[dict[str, Any]], out: Path) -> None:
+    """Growth curves: time (operator and raw), memory and writes against the number of resources."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    counts = [r["resources"] for r in runs]
+    figure, (times, memory, calls) = plt.subplots(1, 3, figsize=(13, 4))
+    for key, label, style in (
+        ("secondsToAllReady", "operator: all pods Ready", "-o"),
+        ("rawSecondsToAllReady", "kubectl apply: all pods Ready", "--o"),
+        ("secondsToAllChildrenCreated", "operator: all children created", "-s"),
+        ("rawSecondsToAllChildrenCreated", "kubectl apply: all children created", "--s"),
+        ("restartSecondsToReconcileAll", "operator restart: all reconciled", ":^"),
+    ):
+        times.plot(counts, [r[key] for r in runs], style, label=label)
+    times.set_ylabel("seconds")
+    times.set_title("time")
+    for key, label, style in (
+        ("operatorRssMiB", "peak", "-o"),
+        ("operatorIdleRssMiB", "before any resource", "--o"),
+    ):
+        memory.plot(counts, [r[key] for r in runs], style, label=label)
+    memory.set_ylabel("MiB resident")
+    memory.set_title("operator memory")
+    settled_writes = [r["writesPerResource"] * r["resources"] for r in runs]
+    calls.plot(counts, settled_writes, "-o", label="writes until settled")
+    reads = [r["engineReadsPerMinute"] for r in runs]
+    calls.plot(counts, reads, "--o", label="engine /metrics reads a minute")
+    calls.set_title("API writes and engine reads")
+    for axis in (times, memory, calls):
+        axis.set_xlabel("resources")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7)
+    figure.suptitle("specdeploy at scale (sandbox control plane, simulated GPU nodes, one machine)")
+    figure.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, dpi=110)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--resources", type=int, default=500)
-    parser.add_argument("--kubeconfig", type=Path, help="use this cluster instead of a new sandbox")
-    parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--resources", type=int, nargs="+", default=[500], help="one run (sandbox) each")
+    parser.add_argument("--kubeconfig", type=Path, help="use this cluster, not a new sandbox (one count)")
+    parser.add_argument("--idle-window", type=float, default=60.0, help="seconds of idle measured")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="bound on each wait")
+    parser.add_argument("--output", choices=("text", "json"), default="text")
+    parser.add_argument("--plot", type=Path, help="write growth curves (PNG or SVG) here")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="specdeploy-bench-") as tmp:
-        workdir = Path(tmp)
-        if args.kubeconfig:
-            results = run(args.kubeconfig, args.resources, workdir, args.timeout)
-        else:
-            sandbox = Sandbox(f"bench-{os.getpid()}", workdir / "sandboxes")
-            try:
-                sandbox.up(owner_pid=os.getpid(), engine_nodes=0)
-                results = run(sandbox.kubeconfig, args.resources, workdir, args.timeout)
-            finally:
-                sandbox.down()
-    print(json.dumps(results, indent=2))
+    if args.kubeconfig and len(args.resources) > 1:
+        parser.error("--kubeconfig takes one --resources count")
+    runs: list[dict[str, Any]] = []
+    for count in args.resources:
+        with tempfile.TemporaryDirectory(prefix="specdeploy-bench-") as tmp:
+            workdir = Path(tmp)
+            if args.kubeconfig:
+                runs.append(run(args.kubeconfig, count, workdir, args.idle_window, args.timeout))
+            else:
+                runs.append(run_in_sandbox(count, workdir, args.idle_window, args.timeout))
+        print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
+    if args.plot:
+        plot(runs, args.plot)
+    if args.output == "json":
+        print(json.dumps(runs[0] if len(runs) == 1 else runs, indent=2))
+    else:
+        print("\n".join(table(runs)))
     return 0
 
 

@@ -19,7 +19,8 @@ from typing import Any
 import kopf
 
 from specdeploy import api, children
-from specdeploy.controller import admission, kube
+from specdeploy.controller import admission, kopf_tuning, kube
+from specdeploy.controller.cached import Cached, pack
 from specdeploy.controller.engine_metrics import EngineMetricsReader, HttpFetch
 from specdeploy.controller.leadership import ElectionSettings, LeaseElection
 from specdeploy.controller.pods import PodView, project
@@ -91,21 +92,25 @@ class IndexView:
     def __init__(self, indices: dict[str, kopf.Index[Any, Any]]) -> None:
         self._indices = indices
 
-    def _latest(self, index: str, key: Any) -> dict[str, Any] | None:
+    def _latest(self, index: str, key: Any) -> Any:
         store = self._indices[index].get(key)
         return next(iter(store), None) if store is not None else None
 
+    def _object(self, index: str, key: Key) -> dict[str, Any] | None:
+        found: Cached | None = self._latest(index, key)
+        return None if found is None else found.unpack()
+
     def resource(self, key: Key) -> dict[str, Any] | None:
-        return self._latest("resources", key)
+        return self._object("resources", key)
 
     def deployment(self, key: Key) -> dict[str, Any] | None:
-        return self._latest("child_deployments", key)
+        return self._object("child_deployments", key)
 
     def service(self, key: Key) -> dict[str, Any] | None:
-        return self._latest("child_services", key)
+        return self._object("child_services", key)
 
     def disruption_budget(self, key: Key) -> dict[str, Any] | None:
-        return self._latest("child_budgets", key)
+        return self._object("child_budgets", key)
 
     def resource_keys(self) -> list[Key]:
         return list(self._indices["resources"])
@@ -142,6 +147,7 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorMemo, **_: An
     settings.watching.connect_timeout = 30
     settings.networking.request_timeout = 60
     settings.queueing.error_delays = [1, 2, 5, 10, 30, 60]
+    settings.persistence.diffbase_storage = kopf_tuning.NoDiffBase()
     # Filter pods in the apiserver: the operator never receives (or keeps memory for) the
     # cluster's other pods.
     settings.watching.label_selectors["v1", "pods"] = ENGINE_POD_SELECTOR
@@ -219,25 +225,25 @@ def validate(body: kopf.Body, memo: OperatorMemo, **_: Any) -> None:
 
 
 @kopf.index(api.GROUP, api.VERSION, api.PLURAL)
-def resources(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Key, dict[str, Any]]:
-    return {(namespace, name): dict(body)}
+def resources(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Key, Cached]:
+    return {(namespace, name): pack(body)}
 
 
 @kopf.index("apps", "v1", "deployments", labels=MANAGED)
 def child_deployments(
     namespace: str | None, name: str, body: kopf.Body, **_: Any
-) -> dict[Key, dict[str, Any]]:
-    return {(namespace, name): dict(body)}
+) -> dict[Key, Cached]:
+    return {(namespace, name): pack(body)}
 
 
 @kopf.index("v1", "services", labels=MANAGED)
-def child_services(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Key, dict[str, Any]]:
-    return {(namespace, name): dict(body)}
+def child_services(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Key, Cached]:
+    return {(namespace, name): pack(body)}
 
 
 @kopf.index("policy", "v1", "poddisruptionbudgets", labels=MANAGED)
-def child_budgets(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Key, dict[str, Any]]:
-    return {(namespace, name): dict(body)}
+def child_budgets(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Key, Cached]:
+    return {(namespace, name): pack(body)}
 
 
 @kopf.index("v1", "nodes")

@@ -113,6 +113,7 @@ class KubeClient:
             "field_manager": self.field_manager,
             "force": True,
             "_content_type": APPLY_CONTENT_TYPE,
+            "_preload_content": False,
         }
         patch = {
             "Deployment": self.apps.patch_namespaced_deployment,
@@ -123,7 +124,7 @@ class KubeClient:
         if patch is None:
             raise ValueError(f"no apply for kind {kind}")
         try:
-            patch(**kwargs)
+            _discard(patch(**kwargs))
         except ApiException as exc:
             message = refusal_message(exc)
             if exc.status in REFUSED_STATUSES or (exc.status == 500 and message.startswith(UNTYPABLE)):
@@ -135,8 +136,16 @@ class KubeClient:
         if namespace is None:
             raise ValueError(f"{api.KIND} {name} has no namespace")
         try:
-            self.custom.patch_namespaced_custom_object_status(
-                api.GROUP, api.VERSION, namespace, api.PLURAL, name, {"status": status}
+            _discard(
+                self.custom.patch_namespaced_custom_object_status(
+                    api.GROUP,
+                    api.VERSION,
+                    namespace,
+                    api.PLURAL,
+                    name,
+                    {"status": status},
+                    _preload_content=False,
+                )
             )
         except ApiException as exc:
             if exc.status == 404:
@@ -175,7 +184,7 @@ class KubeClient:
             count=1,
         )
         try:
-            self.core.create_namespaced_event(meta["namespace"], event)
+            _discard(self.core.create_namespaced_event(meta["namespace"], event, _preload_content=False))
         except ApiException as exc:
             where = f"{meta['namespace']}/{meta['name']}"
             log.warning("could not post event %s on %s: %s", reason, where, refusal_message(exc))
@@ -190,6 +199,16 @@ class KubeClient:
         secret = _unless_missing(self.core.read_namespaced_secret, name, namespace)
         value = None if secret is None else (secret.data or {}).get(key)
         return base64.b64decode(value) if value is not None else None
+
+
+def _discard(response: Any) -> None:
+    """Read a write's answer to its end, unparsed, and give the connection back to the pool (a
+    urllib3 response, though the client's stubs type it as the model).
+
+    Every write answers with the whole object; the client would build a typed model of it (a
+    Deployment: hundreds of objects) that no reconcile reads: its watch event brings it anyway."""
+    response.drain_conn()
+    response.release_conn()
 
 
 def _unless_missing(read: Callable[[str, str], Any], name: str, namespace: str) -> Any:

@@ -15,7 +15,7 @@ from pathlib import Path
 import kopf
 from huggingface_hub.utils.tqdm import disable_progress_bars
 
-from specdeploy.controller import certs, handlers, metrics
+from specdeploy.controller import certs, handlers, kopf_tuning, metrics
 from specdeploy.controller.leadership import ElectionSettings
 from specdeploy.modelinfo.hub import ENDPOINT_ENV, HubEndpointError, default_endpoint
 
@@ -98,6 +98,7 @@ def main(args: argparse.Namespace) -> int:
             client_ca=Path(args.webhook_client_ca) if args.webhook_client_ca else None,
         )
         handlers.register_webhook()
+    kopf_tuning.quiet_toggle_sets()
     asyncio.run(
         kopf.operator(
             standalone=True,

@@ -1,0 +1,62 @@
+"""Two costs kopf adds per watch event that this operator never uses, removed.
+
+Both were measured on a restart over 1000 resources (about 4100 watched objects): 85 s until
+every resource was reconciled, at 330 MiB, nearly all of it in kopf itself.
+
+- Index pre-population: kopf holds every object's event until all index handlers have seen the
+  first listing of every kind. It tracks that with one set of toggles, one per object still to
+  be indexed, and kopf 1.45 wakes every held worker each time a toggle joins or leaves the set,
+  though only the set's overall state (is anything left to index?) is waited for: thousands of
+  objects times thousands of held workers (2.2 million wake-ups, two thirds of the restart's
+  CPU), while the held events keep their parsed bodies. Now a change wakes the waiters only
+  when it flips the set's state.
+- The diff base: before every event kopf deep-copies the body into an "essence" to compare with
+  the last handled one, which only change-detecting handlers (on.create, on.update, on.field)
+  read. The operator registers none (only on.event and index handlers), so the essence is empty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import kopf
+from kopf._cogs.aiokits import aiotoggles
+
+
+class NoDiffBase(kopf.AnnotationsDiffBaseStorage):
+    """A diff base for an operator with no change-detecting handlers: nothing to copy or compare."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        return kopf.BodyEssence()
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return None
+
+
+async def _change(toggles: aiotoggles.ToggleSet, change: Callable[[set[aiotoggles.Toggle]], None]) -> None:
+    """Change the set's members; wake its waiters only when its state flipped (the members'
+    own states, which their own waiters wait for, are untouched by joining or leaving)."""
+    async with toggles._condition:
+        before = toggles.is_on()
+        change(toggles._toggles)
+        if toggles.is_on() != before:
+            toggles._condition.notify_all()
+
+
+async def _make_toggle(
+    self: aiotoggles.ToggleSet, state: bool = False, *, name: str | None = None
+) -> aiotoggles.Toggle:
+    toggle = aiotoggles.Toggle(state, name=name, condition=self._condition)
+    await _change(self, lambda members: members.add(toggle))
+    return toggle
+
+
+async def _drop_toggle(self: aiotoggles.ToggleSet, toggle: aiotoggles.Toggle) -> None:
+    await _change(self, lambda members: members.discard(toggle))
+
+
+def quiet_toggle_sets() -> None:
+    """Install the wake-up fix (idempotent; before kopf starts)."""
+    aiotoggles.ToggleSet.make_toggle = _make_toggle  # type: ignore[method-assign]
+    aiotoggles.ToggleSet.drop_toggle = _drop_toggle  # type: ignore[method-assign]

@@ -1,0 +1,61 @@
+"""bench/reconcile_scale.py in its small form: the scale benchmark (operator and raw `kubectl
+apply` side by side) still runs end to end and reports every figure docs/operations.md quotes.
+Not a timed test: the figures are the machine's, so only what holds on any machine is asserted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.cluster
+
+REPO = Path(__file__).resolve().parents[2]
+RESOURCES = 50
+FIGURES = (
+    "resources",
+    "secondsToAllChildrenCreated",
+    "secondsToAllReady",
+    "rawSecondsToAllChildrenCreated",
+    "rawSecondsToAllReady",
+    "operatorRssMiB",
+    "operatorIdleRssMiB",
+    "writesPerResource",
+    "idleWritesPerMinute",
+    "idleCpuSecondsPerMinute",
+    "restartSecondsToReconcileAll",
+    "restartWrites",
+)
+
+
+@pytest.mark.timeout(900)
+def test_small_scale_run_reports_both_paths(tmp_path: Path) -> None:
+    plot = tmp_path / "scale.svg"
+    run = subprocess.run(
+        [
+            sys.executable, str(REPO / "bench" / "reconcile_scale.py"),
+            "--resources", str(RESOURCES), "--idle-window", "10", "--output", "json", "--plot", str(plot),
+        ],  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=840,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    figures = json.loads(run.stdout)
+    assert set(FIGURES) <= set(figures), sorted(set(FIGURES) - set(figures))
+    assert figures["resources"] == RESOURCES
+    for name in FIGURES[1:5]:
+        assert figures[name] > 0, name
+    # Ready comes after the children exist, on both paths.
+    assert figures["secondsToAllReady"] >= figures["secondsToAllChildrenCreated"]
+    assert figures["rawSecondsToAllReady"] >= figures["rawSecondsToAllChildrenCreated"]
+    assert figures["operatorRssMiB"] >= figures["operatorIdleRssMiB"] > 0
+    # A Deployment and a Service each, and at least one status write.
+    assert figures["writesPerResource"] >= 3
+    # The operator's standing properties: nothing written while idle or on a restart.
+    assert figures["idleWritesPerMinute"] == 0
+    assert figures["restartWrites"] == 0
+    assert plot.read_text().lstrip().startswith("<?xml")

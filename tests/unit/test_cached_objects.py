@@ -1,0 +1,82 @@
+"""What the operator's indices keep of a watched object (controller/cached.py)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from typing import Any
+
+from specdeploy.controller.cached import pack
+
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def watched_deployment() -> dict[str, Any]:
+    """A Deployment as a watch delivers it: managedFields, a defaulted spec, a status."""
+    fields = [
+        {
+            "manager": manager,
+            "operation": "Apply",
+            "apiVersion": "apps/v1",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:spec": {f"f:field{i}": {} for i in range(40)}},
+        }
+        for manager in ("specdeploy", "kube-controller-manager")
+    ]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": "pair",
+            "namespace": "team",
+            "resourceVersion": "42",
+            "labels": {"app.kubernetes.io/instance": "pair"},
+            "annotations": {"specdeploy.io/applied-hash": "abc", LAST_APPLIED: json.dumps({"spec": {}})},
+            "managedFields": fields,
+        },
+        "spec": {"replicas": 1, "template": {"spec": {"containers": [{"name": "engine", "args": ["ü"]}]}}},
+        "status": {"readyReplicas": 1, "conditions": [{"type": "Available", "status": "True"}]},
+    }
+
+
+def deep_size(value: Any) -> int:
+    size = sys.getsizeof(value)
+    if isinstance(value, dict):
+        size += sum(deep_size(k) + deep_size(v) for k, v in value.items())
+    elif isinstance(value, list):
+        size += sum(deep_size(v) for v in value)
+    return size
+
+
+def test_keeps_everything_a_reconcile_reads_and_drops_the_rest() -> None:
+    body = watched_deployment()
+    kept = pack(body).unpack()
+    expected = copy.deepcopy(body)
+    del expected["metadata"]["managedFields"]
+    del expected["metadata"]["annotations"][LAST_APPLIED]
+    assert kept == expected
+
+
+def test_the_watched_body_is_left_as_it_was() -> None:
+    body = watched_deployment()
+    before = copy.deepcopy(body)
+    pack(body)
+    assert body == before
+
+
+def test_each_read_is_a_fresh_copy() -> None:
+    cached = pack(watched_deployment())
+    first = cached.unpack()
+    first["spec"]["replicas"] = 9
+    assert cached.unpack()["spec"]["replicas"] == 1
+
+
+def test_an_object_without_metadata_extras_round_trips() -> None:
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}, "spec": {"ports": []}}
+    assert pack(service).unpack() == service
+
+
+def test_far_smaller_than_the_parsed_body() -> None:
+    body = watched_deployment()
+    assert sys.getsizeof(pack(body).data) * 5 < deep_size(body)

@@ -1,0 +1,82 @@
+"""kopf's per-event costs the operator removes (controller/kopf_tuning.py), against the kopf it runs."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import cast
+
+import kopf
+from kopf._cogs.aiokits import aiotoggles
+
+from specdeploy.controller import kopf_tuning
+
+kopf_tuning.quiet_toggle_sets()
+
+
+def counting_wakeups(toggles: aiotoggles.ToggleSet) -> list[int]:
+    """A counter of the set's notify_all calls (one per wake-up of every waiter)."""
+    calls = [0]
+    notify_all = toggles._condition.notify_all
+
+    def counted() -> None:
+        calls[0] += 1
+        notify_all()
+
+    toggles._condition.notify_all = counted  # type: ignore[method-assign]
+    return calls
+
+
+def test_waiters_for_an_empty_set_wake_once_when_the_last_object_is_indexed() -> None:
+    async def scenario() -> tuple[int, list[bool]]:
+        pending = aiotoggles.ToggleSet(all)
+        wakeups = counting_wakeups(pending)
+        blocker = await pending.make_toggle(name="listing")
+        objects = [await pending.make_toggle(name=f"object {i}") for i in range(300)]
+        waiters = [asyncio.create_task(pending.wait_for(True)) for _ in range(300)]
+        await asyncio.sleep(0)
+        for toggle in objects:
+            await pending.drop_toggle(toggle)
+            await pending.drop_toggle(toggle)
+        await asyncio.sleep(0)
+        held = [not w.done() for w in waiters]
+        await pending.drop_toggle(blocker)
+        await asyncio.wait_for(asyncio.gather(*waiters), timeout=5)
+        return wakeups[0], held
+
+    wakeups, held = asyncio.run(scenario())
+    assert all(held), "no waiter may pass while the listing is still pending"
+    # make_toggle on an empty set flips it from on to off (one wake-up); the last drop flips it
+    # back (one more): 600 other joins and drops changed nothing.
+    assert wakeups == 2
+
+
+def test_a_waiter_for_off_still_wakes_when_a_toggle_joins() -> None:
+    async def scenario() -> bool:
+        pending = aiotoggles.ToggleSet(all)
+        waiter = asyncio.create_task(pending.wait_for(False))
+        await asyncio.sleep(0)
+        await pending.make_toggle(name="object")
+        await asyncio.wait_for(waiter, timeout=5)
+        return waiter.done()
+
+    assert asyncio.run(scenario())
+
+
+def test_a_member_toggle_turned_on_still_wakes_its_waiters() -> None:
+    async def scenario() -> bool:
+        paused = aiotoggles.ToggleSet(any)
+        toggle = await paused.make_toggle(False, name="peering")
+        waiter = asyncio.create_task(paused.wait_for(True))
+        await asyncio.sleep(0)
+        await toggle.turn_to(True)
+        await asyncio.wait_for(waiter, timeout=5)
+        return paused.is_on()
+
+    assert asyncio.run(scenario())
+
+
+def test_no_diff_base_copies_nothing() -> None:
+    body = cast(kopf.RawBody, {"metadata": {"name": "x", "labels": {"a": "b"}}, "spec": {"big": [1, 2]}})
+    storage = kopf_tuning.NoDiffBase()
+    assert storage.build(body=kopf.Body(body)) == {}
+    assert storage.fetch(body=kopf.Body(body)) is None
