@@ -34,15 +34,11 @@ FIGURES = (
 @pytest.mark.timeout(900)
 def test_small_scale_run_reports_both_paths(tmp_path: Path) -> None:
     plot = tmp_path / "scale.svg"
-    run = subprocess.run(
-        [
-            sys.executable, str(REPO / "bench" / "reconcile_scale.py"),
-            "--resources", str(RESOURCES), "--idle-window", "10", "--output", "json", "--plot", str(plot),
-        ],  # fmt: skip
-        capture_output=True,
-        text=True,
-        timeout=840,
-    )
+    argv = [
+        sys.executable, str(REPO / "bench" / "reconcile_scale.py"),
+        "--resources", str(RESOURCES), "--idle-window", "10", "--output", "json", "--plot", str(plot),
+    ]  # fmt: skip
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=840)
     assert run.returncode == 0, run.stderr[-3000:]
     figures = json.loads(run.stdout)
     assert set(FIGURES) <= set(figures), sorted(set(FIGURES) - set(figures))
