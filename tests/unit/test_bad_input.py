@@ -311,3 +311,19 @@ def test_which_apiserver_answers_to_an_apply_are_refusals(status: int, message: 
     ), pytest.raises(Refused if refused else ApiError) as raised:
         kube.apply(manifest)
     assert message in str(raised.value)
+
+
+def test_an_apply_into_a_namespace_being_deleted_is_no_error() -> None:
+    """Apply creates what is missing, so a 404 means the namespace is going away with the owner:
+    nothing to report or retry (the owner's DELETED event drops what is held for it)."""
+    from kubernetes.client.exceptions import ApiException
+
+    from specdeploy.controller.kube import KubeClient
+
+    error = ApiException(status=404, reason="Not Found")
+    error.body = json.dumps({"kind": "Status", "message": f'namespaces "{NAMESPACE}" not found', "code": 404})
+    manifest = {"kind": "Deployment", "metadata": {"name": "pair", "namespace": NAMESPACE}}
+    patch = mock.Mock(**{"patch_namespaced_deployment.side_effect": error})
+    with mock.patch.object(KubeClient, "apps", patch):
+        KubeClient().apply(manifest)
+    patch.patch_namespaced_deployment.assert_called_once()

@@ -126,6 +126,11 @@ class KubeClient:
         try:
             _discard(patch(**kwargs))
         except ApiException as exc:
+            if exc.status == 404:
+                # Apply creates what is missing: only a namespace being deleted answers 404,
+                # and the owner's own DELETED event drops what is held for it.
+                log.debug("namespace %s is gone; %s %s is not applied", meta["namespace"], kind, meta["name"])
+                return
             message = refusal_message(exc)
             if exc.status in REFUSED_STATUSES or (exc.status == 500 and message.startswith(UNTYPABLE)):
                 raise Refused(f"the apiserver refused the {kind}: {message}") from exc

@@ -8,6 +8,7 @@ process is registered in the sandbox's state like a control-plane component, so
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -75,21 +76,33 @@ def _argv(
     return argv
 
 
-def _wait_healthy(running: LocalOperator) -> LocalOperator:
-    """Return once /healthz answers 200; stop the process and raise if it exits or never answers."""
+def _ready(running: LocalOperator, webhook: bool) -> bool:
+    """/healthz answers 200 and, when it serves one, the webhook port accepts connections (kopf
+    starts that server after the probe); OSError while either is not up yet."""
+    with urllib.request.urlopen(running.probe_url, timeout=2) as response:
+        if response.status != 200:
+            return False
+    if webhook:
+        socket.create_connection(("127.0.0.1", running.ports[2]), timeout=2).close()
+    return True
+
+
+def _wait_ready(running: LocalOperator, webhook: bool) -> LocalOperator:
+    """Return once the operator is ready; stop it and raise if it exits or never gets there."""
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if running.process.poll() is not None:
             code = running.process.returncode
             raise SandboxError(f"the operator exited with {code}:\n{running.log_tail()}")
         try:
-            with urllib.request.urlopen(running.probe_url, timeout=2) as response:
-                if response.status == 200:
-                    return running
+            if _ready(running, webhook):
+                return running
         except OSError:
-            time.sleep(0.3)
+            pass
+        time.sleep(0.3)
     running.stop()
-    raise SandboxError(f"the operator did not answer {running.probe_url} within {START_TIMEOUT_S:.0f}s")
+    what = running.probe_url + (f" and the webhook port {running.ports[2]}" if webhook else "")
+    raise SandboxError(f"the operator did not answer {what} within {START_TIMEOUT_S:.0f}s")
 
 
 def start_operator(
@@ -128,14 +141,15 @@ def start_operator(
             env={**os.environ, "KUBECONFIG": str(kubeconfig)},
             start_new_session=detach,
         )
-    return _wait_healthy(
+    return _wait_ready(
         LocalOperator(
             process,
             (probe, metrics, webhook),
             f"http://127.0.0.1:{probe}/healthz",
             f"http://127.0.0.1:{metrics}/metrics",
             log,
-        )
+        ),
+        webhook=webhook_dir is not None,
     )
 
 
