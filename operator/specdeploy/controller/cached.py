@@ -4,8 +4,7 @@ A watched object parsed into Python dicts takes about six times its JSON size (a
 52 KB of dicts for 8.6 KB of JSON), and half of that JSON is ``metadata.managedFields``, which
 the operator never reads. The indices keep each object as one ``bytes`` value of its compact
 JSON without those fields, about 9 KB for a resource with its Deployment and Service instead of
-about 100 KB, and a reconcile decodes the few objects it reads (tens of microseconds each). One
-allocation per object also leaves the allocator no partly used pages to hold on to.
+about 100 KB, and a reconcile decodes the few objects it reads (tens of microseconds each).
 """
 
 from __future__ import annotations
