@@ -45,6 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 CRD = REPO / "crds" / "specdeploy.io_speculativedeployments.yaml"
 NAMESPACE = "bench"
 RAW_NAMESPACE = "bench-raw"
+ALONE_NAMESPACE = "bench-alone"
 GPUS_PER_NODE = 8
 GPU_INVENTORY = f"h100-80gb:{GPUS_PER_NODE}"
 MANAGED = f"{children.MANAGED_BY_LABEL}={children.MANAGED_BY}"
@@ -213,8 +214,14 @@ def prepare_cluster(kubeconfig: Path, count: int) -> None:
         nodes.add_node(
             nodes.gpu_node(f"bench-h100-{i:04d}", "NVIDIA-H100-80GB-HBM3", GPUS_PER_NODE), core_v1=core
         )
-    for namespace in (NAMESPACE, RAW_NAMESPACE):
+    for namespace in (NAMESPACE, RAW_NAMESPACE, ALONE_NAMESPACE):
         core.create_namespace({"metadata": {"name": namespace}})
+
+
+def delete_namespace(kubeconfig: Path, namespace: str, timeout: float) -> None:
+    """The namespace and everything in it, gone (waited for)."""
+    wait_flag = f"--timeout={timeout:.0f}s"
+    kubectl(kubeconfig, "delete", "namespace", namespace, "--wait=true", wait_flag, timeout=timeout + 30)
 
 
 def measure_raw(kubeconfig: Path, count: int, workdir: Path, timeout: float) -> dict[str, Any]:
@@ -236,11 +243,28 @@ def measure_raw(kubeconfig: Path, count: int, workdir: Path, timeout: float) -> 
     reached = milestones(rollout_checks(RAW_NAMESPACE, count), started, timeout)
     results["rawSecondsToAllChildrenCreated"] = reached["children"]
     results["rawSecondsToAllReady"] = reached["ready"]
+    results["rawEventsPerResource"] = events_per_resource(RAW_NAMESPACE, count)
     # Free the GPUs for the operator's run: the namespace and everything in it, gone.
     started = time.monotonic()
-    wait_flag = f"--timeout={timeout:.0f}s"
-    kubectl(kubeconfig, "delete", "namespace", RAW_NAMESPACE, "--wait=true", wait_flag, timeout=timeout + 30)
+    delete_namespace(kubeconfig, RAW_NAMESPACE, timeout)
     results["rawCleanupSeconds"] = round(time.monotonic() - started, 1)
+    return results
+
+
+def events_per_resource(namespace: str, count: int) -> float:
+    """Events in the namespace (the operator's transitions, the controllers' and scheduler's),
+    per resource: each one an apiserver write too."""
+    return round(count_objects(client.CoreV1Api().list_namespaced_event, namespace) / count, 2)
+
+
+def measure_apply_alone(kubeconfig: Path, count: int, workdir: Path, timeout: float) -> dict[str, Any]:
+    """The resources file applied with no operator running (and then deleted): what the apply
+    step costs an idle control plane, against which the operator path's apply is compared."""
+    crs = write_resources(workdir / "alone-resources.yaml", count, ALONE_NAMESPACE)
+    started = time.monotonic()
+    kubectl(kubeconfig, "apply", "--server-side", "-f", str(crs), timeout=timeout)
+    results = {"applyAloneSeconds": round(time.monotonic() - started, 1)}
+    delete_namespace(kubeconfig, ALONE_NAMESPACE, timeout)
     return results
 
 
@@ -277,6 +301,7 @@ def measure_idle(operator: LocalOperator, count: int, window: float, timeout: fl
     settle_seconds, settled = flat(lambda: writes(scrape(operator.metrics_url)), SETTLE_QUIET_S, timeout)
     results["settleAfterReadySeconds"] = round(settle_seconds, 1)
     results["writesPerResource"] = round(settled / count, 2)
+    results["eventsPerResource"] = events_per_resource(NAMESPACE, count)
     before, cpu = scrape(operator.metrics_url), cpu_seconds(pid)
     time.sleep(window)
     after = scrape(operator.metrics_url)
@@ -307,6 +332,7 @@ def measure_restart(kubeconfig: Path, workdir: Path, count: int, timeout: float)
         results["restartSecondsToReconcileAll"] = round(past_count + seconds, 1)
         results["restartWrites"] = writes(scrape(restarted.metrics_url))
         results["restartRssMiB"] = round(rss_mib(restarted.process.pid), 1)
+        results["restartPeakRssMiB"] = round(peak_rss_mib(restarted.process.pid), 1)
     finally:
         restarted.stop()
     return results
@@ -318,6 +344,7 @@ def run(kubeconfig: Path, count: int, workdir: Path, idle_window: float, timeout
     prepare_cluster(kubeconfig, count)
     results: dict[str, Any] = {"resources": count}
     results.update(measure_raw(kubeconfig, count, workdir, timeout))
+    results.update(measure_apply_alone(kubeconfig, count, workdir, timeout))
     operator = start_operator(kubeconfig, workdir / "operator.log", webhook_dir=None)
     try:
         results.update(measure_to_ready(kubeconfig, operator, count, workdir, timeout))
@@ -348,12 +375,15 @@ def table(runs: list[dict[str, Any]]) -> list[str]:
         ("all pods Ready: operator / raw apply (s)", "secondsToAllReady", "rawSecondsToAllReady"),
         ("ratio operator / raw: children, Ready", "ratioToAllChildrenCreated", "ratioToAllReady"),
         ("all resources Ready (s)", "secondsToAllResourcesReady", None),
+        ("apply the resources: operator running / alone (s)", "applySeconds", "applyAloneSeconds"),
+        ("events per resource: operator / raw", "eventsPerResource", "rawEventsPerResource"),
         ("operator resident memory: idle / peak (MiB)", "operatorIdleRssMiB", "operatorRssMiB"),
         ("writes per resource", "writesPerResource", None),
         ("idle: writes / CPU s per minute", "idleWritesPerMinute", "idleCpuSecondsPerMinute"),
         ("engine metrics reads per minute", "engineReadsPerMinute", None),
         ("operator CPU until all Ready (s)", "operatorCpuSecondsToReady", None),
         ("restart: s to reconcile all / writes", "restartSecondsToReconcileAll", "restartWrites"),
+        ("restart: resident memory peak (MiB)", "restartPeakRssMiB", None),
     ]  # fmt: skip
     lines = [f"{'resources':<48}" + "".join(f"{r['resources']:>18}" for r in runs)]
     for label, first, second in rows:

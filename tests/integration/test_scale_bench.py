@@ -28,6 +28,10 @@ FIGURES = (
     "idleCpuSecondsPerMinute",
     "restartSecondsToReconcileAll",
     "restartWrites",
+    "applyAloneSeconds",
+    "eventsPerResource",
+    "rawEventsPerResource",
+    "restartPeakRssMiB",
 )
 
 
@@ -54,4 +58,7 @@ def test_small_scale_run_reports_both_paths(tmp_path: Path) -> None:
     # The operator's standing properties: nothing written while idle or on a restart.
     assert figures["idleWritesPerMinute"] == 0
     assert figures["restartWrites"] == 0
+    # Every resource reports at least its Ready transition as an Event.
+    assert figures["eventsPerResource"] >= 1
+    assert figures["applyAloneSeconds"] > 0
     assert plot.read_text().lstrip().startswith("<?xml")

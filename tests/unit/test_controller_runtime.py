@@ -22,6 +22,7 @@ A: Key = ("models", "a")
 B: Key = ("models", "b")
 RETRY_MIN = 1.0
 RETRY_MAX = 5.0
+CONCURRENCY = 3
 
 
 @dataclass
@@ -108,6 +109,7 @@ def harness(seconds: float = 0.0) -> Harness:
     done: list[tuple[Outcome, float]] = []
     queue = WorkQueue(
         script,
+        concurrency=CONCURRENCY,
         call_later=timers,
         clock=clock,
         on_done=lambda outcome, s: done.append((outcome, s)),
@@ -244,6 +246,83 @@ def test_forget_during_a_pass_keeps_the_key_serialised() -> None:
         await h.drain()
         assert h.script.passes(A) == 2
         assert h.script.most_concurrent[A] == 1
+
+    run(scenario)
+
+
+def test_enqueue_returns_before_the_pass_and_folds_like_submit() -> None:
+    """A watch handler hands the key over and returns; a burst of enqueues while a pass runs
+    becomes one follow-up, and join waits for both passes."""
+
+    async def scenario(h: Harness) -> None:
+        gate = h.script.hold(A)
+        h.queue.enqueue(A)
+        assert h.script.passes(A) == 0  # nothing ran inside the handler's call
+        await settle()
+        assert h.script.running[A] == 1
+        for _ in range(5):
+            h.queue.enqueue(A)
+        h.queue.enqueue(B)
+
+        joined = asyncio.get_running_loop().create_task(h.queue.join())
+        await settle()
+        assert not joined.done()  # A's first pass is still held
+        assert h.script.passes(B) == 1
+
+        gate.set()
+        await joined
+        assert h.script.passes(A) == 2
+        assert h.script.most_concurrent[A] == 1
+        assert len(h.queue) == 0
+
+    run(scenario)
+
+
+def test_stop_lets_short_passes_finish_and_cancels_the_rest_and_every_retry() -> None:
+    """At shutdown a pass that finishes within the grace period keeps its writes; one held past it
+    is cancelled, and no retry timer is left to fire into a closing loop."""
+
+    async def scenario(h: Harness) -> None:
+        h.script.plan(B, "retry")
+        await h.queue.submit(B)
+        assert h.timers.pending() != []
+
+        h.script.hold(A)
+        h.queue.enqueue(A)
+        await settle()
+        assert h.script.running[A] == 1
+
+        await h.queue.stop(grace=0.01)
+        assert h.script.running[A] == 0 and h.script.finished[-1] == A
+        assert h.timers.pending() == []
+        assert h.queue.retry_delay(B) is None
+        assert len(h.queue) == 0
+
+    run(scenario)
+
+
+def test_at_most_concurrency_passes_run_and_the_rest_start_as_they_end() -> None:
+    """A burst of new resources runs ``concurrency`` passes at a time; a waiting one starts
+    as soon as a running one ends, and none is lost."""
+    keys: list[Key] = [("models", f"r{i}") for i in range(CONCURRENCY + 2)]
+
+    async def scenario(h: Harness) -> None:
+        gates = [h.script.hold(k) for k in keys]
+        for k in keys:
+            h.queue.enqueue(k)
+        await settle()
+        assert sum(h.script.running.values()) == CONCURRENCY
+        assert h.script.calls == keys[:CONCURRENCY]
+
+        gates[0].set()
+        await settle()
+        assert sum(h.script.running.values()) == CONCURRENCY
+        assert h.script.calls == keys[: CONCURRENCY + 1]
+
+        for gate in gates:
+            gate.set()
+        await h.queue.join()
+        assert sorted(h.script.calls) == sorted(keys)
 
     run(scenario)
 

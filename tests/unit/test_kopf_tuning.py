@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import cast
 
 import kopf
+import pytest
 from kopf._cogs.aiokits import aiotoggles
+from kopf._cogs.clients import watching
 
 from specdeploy.controller import kopf_tuning
 
@@ -80,3 +83,29 @@ def test_no_diff_base_copies_nothing() -> None:
     storage = kopf_tuning.NoDiffBase()
     assert storage.build(body=kopf.Body(body)) == {}
     assert storage.fetch(body=kopf.Body(body)) is None
+
+
+def test_watched_objects_are_stripped_before_kopf_queues_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kopf's queueing reads the stream through the module attribute the operator replaces; each
+    object leaves it without managedFields, and bookmarks pass through untouched."""
+    from kopf._core.reactor import queueing
+
+    arrived = {
+        "type": "ADDED",
+        "object": {"metadata": {"name": "pair", "managedFields": [{"manager": "kubectl"}]}},
+    }
+
+    async def kopf_stream(**_: object) -> AsyncIterator[object]:
+        yield watching.Bookmark.LISTED
+        yield arrived
+
+    monkeypatch.setattr(kopf_tuning, "_KOPF_WATCH", kopf_stream)
+    monkeypatch.setattr(watching, "infinite_watch", watching.infinite_watch)
+    kopf_tuning.strip_watched_objects()
+    assert queueing.watching is watching
+
+    async def collect() -> list[object]:
+        return [event async for event in queueing.watching.infinite_watch(resource=None)]
+
+    events = asyncio.run(collect())
+    assert events == [watching.Bookmark.LISTED, {"type": "ADDED", "object": {"metadata": {"name": "pair"}}}]

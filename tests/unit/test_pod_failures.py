@@ -8,7 +8,6 @@ reconcile tests' fakes are checked here; tests/integration runs a crashing engin
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -415,7 +414,7 @@ def _pod_event(h: Harness, body: dict[str, Any] | None, name: str = POD) -> tupl
     projection = None if body is None else pods.project(body)
     h.view.pod_views[KEY] = [] if projection is None else [projection]
     before, patches = sum(_outcome_counts().values()), len(h.kube.status_patches)
-    asyncio.run(h.reconciler.pod_changed(KEY, name, projection, h.view))
+    h.deliver(lambda: h.reconciler.pod_changed(KEY, name, projection, h.view))
     return int(sum(_outcome_counts().values()) - before), len(h.kube.status_patches) - patches
 
 

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import copy
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -207,7 +207,7 @@ class Harness:
     def run(self, key: Key = KEY) -> str | None:
         """One event for ``key``: a pass against the view; its outcome as the metrics counted it."""
         before = _outcome_counts()
-        asyncio.run(self.reconciler.submit(key, self.view))
+        self.deliver(lambda: self.reconciler.submit(key, self.view))
         after = _outcome_counts()
         moved = [o for o in OUTCOMES if after[o] != before[o]]
         assert len(moved) <= 1, moved
@@ -221,7 +221,16 @@ class Harness:
         else:
             self.view.node_objects[name] = body
         view = None if body is None else planner_view(body)
-        asyncio.run(self.reconciler.node_changed(name, view, self.view))
+        self.deliver(lambda: self.reconciler.node_changed(name, view, self.view))
+
+    def deliver(self, event: Callable[[], None]) -> None:
+        """Hand a watch event over as a handler does, then wait for the passes it queued."""
+
+        async def main() -> None:
+            event()
+            await self.reconciler.queue.join()
+
+        asyncio.run(main())
 
     def quiet(self) -> None:
         """Forget the recorded writes and events (the state under test stays)."""

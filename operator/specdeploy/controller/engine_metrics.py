@@ -16,7 +16,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -174,31 +174,22 @@ class EngineMetricsReader:
     async def close(self) -> None:
         await self.fetch.close()
 
-    async def run(
-        self, view: Callable[[], View | None], changed: Callable[[Key], Coroutine[Any, Any, None]]
-    ) -> None:
+    async def run(self, view: Callable[[], View | None], changed: Callable[[Key], None]) -> None:
         """Read forever: one round per interval (+-10%), started from the previous round's start."""
-        pending: set[asyncio.Task[None]] = set()
-        try:
-            while True:
-                started = self._clock()
-                current = view()
-                try:
-                    keys = [] if current is None else await self.read_round(current)
-                except Exception:
-                    # The loop's boundary: a bug on one round must not end acceptance for good.
-                    log.exception("a round of engine metrics reads failed; the next one runs as planned")
-                    keys = []
-                for key in keys:
-                    task = asyncio.get_running_loop().create_task(changed(key))
-                    pending.add(task)
-                    task.add_done_callback(pending.discard)
-                elapsed = self._clock() - started
-                metrics.ENGINE_READ_ROUND_SECONDS.observe(elapsed)
-                await asyncio.sleep(max(0.0, self.interval * (1 + self._jitter()) - elapsed))
-        finally:
-            for task in pending:
-                task.cancel()
+        while True:
+            started = self._clock()
+            current = view()
+            try:
+                keys = [] if current is None else await self.read_round(current)
+            except Exception:
+                # The loop's boundary: a bug on one round must not end acceptance for good.
+                log.exception("a round of engine metrics reads failed; the next one runs as planned")
+                keys = []
+            for key in keys:
+                changed(key)
+            elapsed = self._clock() - started
+            metrics.ENGINE_READ_ROUND_SECONDS.observe(elapsed)
+            await asyncio.sleep(max(0.0, self.interval * (1 + self._jitter()) - elapsed))
 
     async def read_round(self, view: View) -> list[Key]:
         """Read every resource's serving pods once; the keys whose status is now outdated.
@@ -305,4 +296,3 @@ class EngineMetricsReader:
 
 def _engine(pod: PodView) -> api.EngineName:
     return "sglang" if pod.engine == "sglang" else "vllm"
-

@@ -33,6 +33,9 @@ MANAGED = {children.MANAGED_BY_LABEL: children.MANAGED_BY}
 # (Any: kopf does not export the type of its PRESENT marker.)
 ENGINE_PODS: dict[str, Any] = {**MANAGED, children.INSTANCE_LABEL: kopf.PRESENT}
 ENGINE_POD_SELECTOR = f"{children.MANAGED_BY_LABEL}={children.MANAGED_BY},{children.INSTANCE_LABEL}"
+# Passes running at shutdown may finish their writes within this, well inside the pod's default
+# 30 s termination grace period; the rest are cancelled (the next leader redoes them).
+SHUTDOWN_GRACE_SECONDS = 10.0
 INDICES = ("resources", "child_deployments", "child_services", "child_budgets", "gpu_nodes", "engine_pods")
 
 
@@ -148,6 +151,7 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorMemo, **_: An
     settings.networking.request_timeout = 60
     settings.queueing.error_delays = [1, 2, 5, 10, 30, 60]
     settings.persistence.diffbase_storage = kopf_tuning.NoDiffBase()
+    settings.watching.chunk_size = kopf_tuning.LIST_CHUNK
     # Filter pods in the apiserver: the operator never receives (or keeps memory for) the
     # cluster's other pods.
     settings.watching.label_selectors["v1", "pods"] = ENGINE_POD_SELECTOR
@@ -196,7 +200,7 @@ def _lead(memo: OperatorMemo) -> None:
     """Reconcile from now on (at startup without leader election, else once the Lease is held),
     and read engine metrics: followers do neither."""
     reconciler = memo.running()
-    memo.spawn(reconciler.lead())
+    reconciler.lead()
     if reconciler.engine_metrics is not None:
         memo.spawn(reconciler.read_engines())
 
@@ -206,6 +210,7 @@ async def stop_background(memo: OperatorMemo, **_: Any) -> None:
     """Stop reconciling and reading engine metrics, close their connections, hand the Lease over."""
     if memo.reconciler is not None:
         memo.reconciler.follow()
+        await memo.reconciler.queue.stop(SHUTDOWN_GRACE_SECONDS)
     for task in memo.background:
         task.cancel()
     await asyncio.gather(*memo.background, return_exceptions=True)
@@ -224,35 +229,37 @@ def validate(body: kopf.Body, memo: OperatorMemo, **_: Any) -> None:
         raise kopf.AdmissionError(problem, code=422)
 
 
+# The index functions are coroutines though they never wait: kopf runs a plain function in a
+# thread, one executor hop and one extra task per watch event.
 @kopf.index(api.GROUP, api.VERSION, api.PLURAL)
-def resources(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Key, Cached]:
+async def resources(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Key, Cached]:
     return {(namespace, name): pack(body)}
 
 
 @kopf.index("apps", "v1", "deployments", labels=MANAGED)
-def child_deployments(
-    namespace: str | None, name: str, body: kopf.Body, **_: Any
-) -> dict[Key, Cached]:
+async def child_deployments(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Key, Cached]:
     return {(namespace, name): pack(body)}
 
 
 @kopf.index("v1", "services", labels=MANAGED)
-def child_services(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Key, Cached]:
+async def child_services(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Key, Cached]:
     return {(namespace, name): pack(body)}
 
 
 @kopf.index("policy", "v1", "poddisruptionbudgets", labels=MANAGED)
-def child_budgets(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Key, Cached]:
+async def child_budgets(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Key, Cached]:
     return {(namespace, name): pack(body)}
 
 
 @kopf.index("v1", "nodes")
-def gpu_nodes(name: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
+async def gpu_nodes(name: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
     return {name: planner_view(body)}
 
 
 @kopf.index("v1", "pods", labels=ENGINE_PODS)
-def engine_pods(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[Key, PodView]:
+async def engine_pods(
+    namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
+) -> dict[Key, PodView]:
     """A small projection per engine pod (never the body), keyed by its owner."""
     return {(namespace, labels[children.INSTANCE_LABEL]): project(dict(body))}
 
@@ -264,7 +271,7 @@ async def on_resource(
     if event["type"] == "DELETED":
         memo.running().forget((namespace, name))
         return
-    await memo.running().submit((namespace, name), _view(kwargs))
+    memo.running().submit((namespace, name), _view(kwargs))
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
@@ -274,7 +281,7 @@ async def on_child(namespace: str | None, labels: kopf.Labels, memo: OperatorMem
     """A child changed (or was deleted): reconcile its owner, which repairs drift."""
     owner = labels.get(children.INSTANCE_LABEL)
     if owner:
-        await memo.running().submit((namespace, owner), _view(kwargs))
+        memo.running().submit((namespace, owner), _view(kwargs))
 
 
 @kopf.on.event("v1", "nodes")
@@ -283,7 +290,7 @@ async def on_node(
 ) -> None:
     """A GPU inventory change may let a waiting resource proceed (NoNodeFits)."""
     view = None if event["type"] == "DELETED" else planner_view(body)
-    await memo.running().node_changed(name, view, _view(kwargs))
+    memo.running().node_changed(name, view, _view(kwargs))
 
 
 @kopf.on.event("v1", "pods", labels=ENGINE_PODS)
@@ -299,4 +306,4 @@ async def on_pod(
     """An engine pod changed: its owner is reconciled when the pod's failure changed."""
     projection = None if event["type"] == "DELETED" else project(dict(body))
     owner = (namespace, labels[children.INSTANCE_LABEL])
-    await memo.running().pod_changed(owner, name, projection, _view(kwargs))
+    memo.running().pod_changed(owner, name, projection, _view(kwargs))

@@ -15,7 +15,7 @@ from pathlib import Path
 import kopf
 from huggingface_hub.utils.tqdm import disable_progress_bars
 
-from specdeploy.controller import certs, handlers, kopf_tuning, metrics
+from specdeploy.controller import allocator, certs, handlers, kopf_tuning, metrics
 from specdeploy.controller.leadership import ElectionSettings
 from specdeploy.modelinfo.hub import ENDPOINT_ENV, HubEndpointError, default_endpoint
 
@@ -52,6 +52,7 @@ class AdmissionRefusals(logging.Filter):
 
 
 def main(args: argparse.Namespace) -> int:
+    allocator.cap_arenas()
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -99,6 +100,7 @@ def main(args: argparse.Namespace) -> int:
         )
         handlers.register_webhook()
     kopf_tuning.quiet_toggle_sets()
+    kopf_tuning.strip_watched_objects()
     asyncio.run(
         kopf.operator(
             standalone=True,

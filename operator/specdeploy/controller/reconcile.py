@@ -102,7 +102,11 @@ class Reconciler:
         self.gpus = GpuInventory()
         self.pod_failures = FailureMemory()
         self.ledger = WriteLedger()
-        self.queue = WorkQueue(self._reconcile, call_later=call_later, on_done=_record)
+        # As many passes at once as threads to make their API calls (controller-runtime's
+        # MaxConcurrentReconciles); the rest wait holding only their key.
+        self.queue = WorkQueue(
+            self._reconcile, concurrency=IO_THREADS, call_later=call_later, on_done=_record
+        )
         self.engine_metrics = engine_metrics
         self.view: ClusterView | None = None
         self.active = True
@@ -113,25 +117,26 @@ class Reconciler:
             max_workers=IO_THREADS, thread_name_prefix="specdeploy-io"
         )
 
-    async def submit(self, key: Key, view: ClusterView) -> None:
-        """Reconcile ``key`` against the newest watched state (a follower only keeps the view)."""
+    def submit(self, key: Key, view: ClusterView) -> None:
+        """Queue a pass of ``key`` against the newest watched state (a follower only keeps the view)."""
         self.view = view
         if self.active:
-            await self.queue.submit(key)
+            self.queue.enqueue(key)
 
     def follow(self) -> None:
         """Another replica reconciles: keep the watch caches, write nothing."""
         self.active = False
         metrics.LEADER.set(0)
 
-    async def lead(self) -> None:
+    def lead(self) -> None:
         """This replica now reconciles: one pass over every resource the caches hold, since a
         follower let their events go by."""
         self.active = True
         metrics.LEADER.set(1)
         view = self.view
         if view is not None:
-            await asyncio.gather(*(self.submit(key, view) for key in view.resource_keys()))
+            for key in view.resource_keys():
+                self.submit(key, view)
 
     def forget(self, key: Key) -> None:
         """A resource is gone: drop its pending retry, remembered writes, window and metric series."""
@@ -146,13 +151,13 @@ class Reconciler:
         reconciled like one whose child changed."""
         assert self.engine_metrics is not None, "started only with a reader"
 
-        async def changed(key: Key) -> None:
+        def changed(key: Key) -> None:
             if self.view is not None:
-                await self.submit(key, self.view)
+                self.submit(key, self.view)
 
         await self.engine_metrics.run(lambda: self.view, changed)
 
-    async def node_changed(self, name: str, node_view: dict[str, Any] | None, view: ClusterView) -> None:
+    def node_changed(self, name: str, node_view: dict[str, Any] | None, view: ClusterView) -> None:
         """A GPU inventory change may let a waiting resource proceed (NoNodeFits).
 
         Heartbeats change nothing the planner reads and cost one dict comparison.
@@ -165,9 +170,9 @@ class Reconciler:
         for key in view.resource_keys():
             resource = view.resource(key)
             if resource is not None and status.waiting_for_gpus(resource):
-                await self.submit(key, view)
+                self.submit(key, view)
 
-    async def pod_changed(self, owner: Key, pod: str, projection: PodView | None, view: ClusterView) -> None:
+    def pod_changed(self, owner: Key, pod: str, projection: PodView | None, view: ClusterView) -> None:
         """An engine pod of ``owner`` changed (None: deleted): reconcile only when its failure did.
 
         kopf calls on every pod event; readiness and phase reach status through the Deployment's
@@ -175,7 +180,7 @@ class Reconciler:
         """
         failure = None if projection is None else pod_failure(projection)
         if self.pod_failures.changed((owner[0], pod), failure):
-            await self.submit(owner, view)
+            self.submit(owner, view)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.io, fn, *args)

@@ -65,13 +65,15 @@ class WorkQueue:
     A burst of events for one key while a pass runs collapses into a single follow-up pass that
     reads the newest state. A pass that returns ``retry`` or raises is run again after a backoff
     that starts at ``retry_min`` and doubles up to ``retry_max``; one timer per key at most, so
-    failing event-driven passes cannot push the delay to its maximum.
+    failing event-driven passes cannot push the delay to its maximum. At most ``concurrency``
+    passes (of different keys) run at once.
     """
 
     def __init__(
         self,
         reconcile: Callable[[Key], Awaitable[Outcome | None]],
         *,
+        concurrency: int,
         call_later: CallLater = loop_call_later,
         clock: Callable[[], float] = time.monotonic,
         on_done: Callable[[Outcome, float], None] = lambda outcome, seconds: None,
@@ -79,6 +81,8 @@ class WorkQueue:
         retry_max: float = RETRY_MAX_SECONDS,
     ) -> None:
         self._reconcile = reconcile
+        self.concurrency = concurrency
+        self._gate: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
         self._call_later = call_later
         self._clock = clock
         self._on_done = on_done
@@ -89,23 +93,63 @@ class WorkQueue:
         self._retries: dict[Key, _Retry] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
+    def enqueue(self, key: Key) -> None:
+        """Schedule a pass for ``key`` and return at once (a watch handler must not wait for it).
+
+        kopf feeds each object's events through one worker that waits for its handler; a handler
+        held for a whole pass would let that object's later events, full bodies each, pile up in
+        kopf's backlog. A key already waiting folds into the pass that waits.
+        """
+        slot = self._claim(key)
+        if slot is not None:
+            task = asyncio.get_running_loop().create_task(self._serve(key, slot))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
     async def submit(self, key: Key) -> None:
-        """Reconcile ``key`` now, or fold into the pass already waiting for it."""
+        """Reconcile ``key`` now and wait for it, or fold into the pass already waiting for it."""
+        slot = self._claim(key)
+        if slot is not None:
+            await self._serve(key, slot)
+
+    async def join(self) -> None:
+        """Wait until every enqueued pass has ended (those enqueued meanwhile included)."""
+        while self._tasks:
+            await asyncio.wait(set(self._tasks))
+
+    async def stop(self, grace: float) -> None:
+        """Let running passes finish for up to ``grace`` seconds, cancel the rest and every retry."""
+        for key in list(self._retries):
+            self._cancel_retry(key)
+        try:
+            await asyncio.wait_for(self.join(), grace)
+        except TimeoutError:
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _claim(self, key: Key) -> _Slot | None:
+        """Mark a pass for ``key`` as waiting; None when one already waits (the event folds)."""
         if key in self._waiting:
-            return
+            return None
         self._waiting.add(key)
         slot = self._slots.setdefault(key, _Slot())
         slot.users += 1
+        return slot
+
+    async def _serve(self, key: Key, slot: _Slot) -> None:
+        """Run the claimed pass once the key's lock is free."""
         try:
             try:
                 await slot.lock.acquire()
             finally:
                 # Acquired, or cancelled while waiting: later events must not fold into this
-                # submit any more (a cancelled waiter would otherwise swallow them for good).
+                # pass any more (a cancelled waiter would otherwise swallow them for good).
                 self._waiting.discard(key)
             try:
-                started = self._clock()
-                outcome = await self._pass(key, slot)
+                async with self._running_gate():
+                    started = self._clock()
+                    outcome = await self._pass(key, slot)
             finally:
                 slot.lock.release()
         finally:
@@ -130,6 +174,14 @@ class WorkQueue:
     def __len__(self) -> int:
         """Keys holding state (a pass running or waiting, or a retry): bounded by the live resources."""
         return len(self._slots.keys() | self._retries.keys())
+
+    def _running_gate(self) -> asyncio.Semaphore:
+        """At most ``concurrency`` passes run at once; the rest wait holding only their key, so a
+        burst of a thousand new resources does not read (and keep) a thousand bodies at once."""
+        loop = asyncio.get_running_loop()
+        if self._gate is None or self._gate[0] is not loop:
+            self._gate = (loop, asyncio.Semaphore(self.concurrency))
+        return self._gate[1]
 
     async def _pass(self, key: Key, slot: _Slot) -> Outcome | None:
         """One pass under the key's lock; its outcome arms or cancels the key's retry."""
@@ -159,9 +211,7 @@ class WorkQueue:
 
         def fire() -> None:
             pending.timer = None
-            task = asyncio.get_running_loop().create_task(self.submit(key))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self.enqueue(key)
 
         pending.timer = self._call_later(pending.delay, fire)
 

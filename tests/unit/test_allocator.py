@@ -1,0 +1,20 @@
+"""The malloc arena cap the operator sets at start (controller/allocator.py)."""
+
+from __future__ import annotations
+
+import platform
+
+import pytest
+
+from specdeploy.controller import allocator
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
+def test_glibc_accepts_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    assert allocator.cap_arenas()
+
+
+def test_the_environment_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    assert not allocator.cap_arenas()
