@@ -1,7 +1,7 @@
 """Costs kopf adds per watch event that this operator never uses, removed.
 
-Both were measured on a restart over 1000 resources (about 4100 watched objects): 85 s until
-every resource was reconciled, at 330 MiB, nearly all of it in kopf itself.
+The first two were measured on a restart over 1000 resources (about 4100 watched objects): 85 s
+until every resource was reconciled, at 330 MiB, nearly all of it in kopf itself.
 
 - Index pre-population: kopf holds every object's event until all index handlers have seen the
   first listing of every kind. It tracks that with one set of toggles, one per object still to

@@ -81,8 +81,9 @@ class WorkQueue:
         retry_max: float = RETRY_MAX_SECONDS,
     ) -> None:
         self._reconcile = reconcile
-        self.concurrency = concurrency
-        self._gate: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
+        # At most ``concurrency`` passes run; the rest wait holding only their key, so a burst of
+        # a thousand new resources does not read (and keep) a thousand bodies at once.
+        self._running = asyncio.Semaphore(concurrency)
         self._call_later = call_later
         self._clock = clock
         self._on_done = on_done
@@ -147,7 +148,7 @@ class WorkQueue:
                 # pass any more (a cancelled waiter would otherwise swallow them for good).
                 self._waiting.discard(key)
             try:
-                async with self._running_gate():
+                async with self._running:
                     started = self._clock()
                     outcome = await self._pass(key, slot)
             finally:
@@ -174,14 +175,6 @@ class WorkQueue:
     def __len__(self) -> int:
         """Keys holding state (a pass running or waiting, or a retry): bounded by the live resources."""
         return len(self._slots.keys() | self._retries.keys())
-
-    def _running_gate(self) -> asyncio.Semaphore:
-        """At most ``concurrency`` passes run at once; the rest wait holding only their key, so a
-        burst of a thousand new resources does not read (and keep) a thousand bodies at once."""
-        loop = asyncio.get_running_loop()
-        if self._gate is None or self._gate[0] is not loop:
-            self._gate = (loop, asyncio.Semaphore(self.concurrency))
-        return self._gate[1]
 
     async def _pass(self, key: Key, slot: _Slot) -> Outcome | None:
         """One pass under the key's lock; its outcome arms or cancels the key's retry."""
