@@ -20,7 +20,7 @@ test: $(STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/specdeploy sandbox build
-	$(VENV)/bin/pytest -q -p no:cacheprovider tests
+	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=25 tests
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests/unit

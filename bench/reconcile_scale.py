@@ -119,6 +119,22 @@ def cpu_seconds(pid: int) -> float:
     return float(times.user + times.system)
 
 
+def control_plane_cpu(kubeconfig: Path) -> float | None:
+    """CPU seconds the sandbox's control plane (apiserver, etcd, controllers, scheduler, KWOK)
+    has used, when ``kubeconfig`` is a sandbox's: on a machine the control plane shares with the
+    operator, the two paths' times are their CPU work divided by the cores."""
+    state = Sandbox(kubeconfig.parent.name, kubeconfig.parent.parent).read_state()
+    if state is None:
+        return None
+    pids = [info["pid"] for info in state.get("processes", {}).values()]
+    return sum(cpu_seconds(pid) for pid in pids if psutil.pid_exists(pid))
+
+
+def cpu_since(before: float | None, kubeconfig: Path) -> float | None:
+    after = control_plane_cpu(kubeconfig)
+    return None if before is None or after is None else round(after - before, 1)
+
+
 def rss_mib(pid: int) -> float:
     return float(psutil.Process(pid).memory_info().rss / 2**20)
 
@@ -237,12 +253,14 @@ def measure_raw(kubeconfig: Path, count: int, workdir: Path, timeout: float) -> 
             timeout=timeout,
         )
     results: dict[str, Any] = {"rawRenderSeconds": round(time.monotonic() - started, 1)}
+    cpu = control_plane_cpu(kubeconfig)
     started = time.monotonic()
     kubectl(kubeconfig, "apply", "--server-side", "-f", str(rendered), timeout=timeout)
     results["rawApplySeconds"] = round(time.monotonic() - started, 1)
     reached = milestones(rollout_checks(RAW_NAMESPACE, count), started, timeout)
     results["rawSecondsToAllChildrenCreated"] = reached["children"]
     results["rawSecondsToAllReady"] = reached["ready"]
+    results["rawControlPlaneCpuSecondsToReady"] = cpu_since(cpu, kubeconfig)
     results["rawEventsPerResource"] = events_per_resource(RAW_NAMESPACE, count)
     # Free the GPUs for the operator's run: the namespace and everything in it, gone.
     started = time.monotonic()
@@ -274,7 +292,7 @@ def measure_to_ready(
     """The operator's path: the resources applied as one file, timed like the raw path."""
     pid = operator.process.pid
     results: dict[str, Any] = {"operatorIdleRssMiB": round(rss_mib(pid), 1)}
-    base_cpu = cpu_seconds(pid)
+    base_cpu, plane_cpu = cpu_seconds(pid), control_plane_cpu(kubeconfig)
     crs = write_resources(workdir / "resources.yaml", count, NAMESPACE)
     started = time.monotonic()
     kubectl(kubeconfig, "apply", "--server-side", "-f", str(crs), timeout=timeout)
@@ -287,6 +305,7 @@ def measure_to_ready(
     results["secondsToAllResourcesReady"] = reached["resourcesReady"]
     samples = scrape(operator.metrics_url)
     results["operatorCpuSecondsToReady"] = round(cpu_seconds(pid) - base_cpu, 1)
+    results["controlPlaneCpuSecondsToReady"] = cpu_since(plane_cpu, kubeconfig)
     results["writesPerResourceToReady"] = round(writes(samples) / count, 2)
     results["reconcilesPerResourceToReady"] = round(reconciles(samples) / count, 2)
     return results
@@ -316,11 +335,13 @@ def measure_idle(operator: LocalOperator, count: int, window: float, timeout: fl
     return results
 
 
-def measure_restart(kubeconfig: Path, workdir: Path, count: int, timeout: float) -> dict[str, Any]:
+def measure_restart(
+    kubeconfig: Path, workdir: Path, count: int, timeout: float, operator_args: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """A fresh operator over existing resources: how long until it has reconciled them all (its
     reconcile counter past N and then still), and what it writes."""
     started = time.monotonic()
-    restarted = start_operator(kubeconfig, workdir / "operator-restart.log", webhook_dir=None)
+    restarted = start_operator(kubeconfig, workdir / "operator-restart.log", None, operator_args)
     results: dict[str, Any] = {"restartSecondsToHealthy": round(time.monotonic() - started, 1)}
     try:
         url = restarted.metrics_url
@@ -338,31 +359,40 @@ def measure_restart(kubeconfig: Path, workdir: Path, count: int, timeout: float)
     return results
 
 
-def run(kubeconfig: Path, count: int, workdir: Path, idle_window: float, timeout: float) -> dict[str, Any]:
+def run(
+    kubeconfig: Path,
+    count: int,
+    workdir: Path,
+    idle_window: float,
+    timeout: float,
+    operator_args: tuple[str, ...] = (),
+) -> dict[str, Any]:
     """Every measurement in order; the first operator is stopped before the restarted one starts."""
     config.load_kube_config(str(kubeconfig))
     prepare_cluster(kubeconfig, count)
-    results: dict[str, Any] = {"resources": count}
+    results: dict[str, Any] = {"resources": count, "operatorArgs": list(operator_args)}
     results.update(measure_raw(kubeconfig, count, workdir, timeout))
     results.update(measure_apply_alone(kubeconfig, count, workdir, timeout))
-    operator = start_operator(kubeconfig, workdir / "operator.log", webhook_dir=None)
+    operator = start_operator(kubeconfig, workdir / "operator.log", None, operator_args)
     try:
         results.update(measure_to_ready(kubeconfig, operator, count, workdir, timeout))
         results.update(measure_idle(operator, count, idle_window, timeout))
     finally:
         operator.stop()
-    results.update(measure_restart(kubeconfig, workdir, count, timeout))
+    results.update(measure_restart(kubeconfig, workdir, count, timeout, operator_args))
     for measure in ("ChildrenCreated", "Ready"):
         raw = results[f"rawSecondsToAll{measure}"]
         results[f"ratioToAll{measure}"] = round(results[f"secondsToAll{measure}"] / raw, 2) if raw else None
     return results
 
 
-def run_in_sandbox(count: int, workdir: Path, idle_window: float, timeout: float) -> dict[str, Any]:
+def run_in_sandbox(
+    count: int, workdir: Path, idle_window: float, timeout: float, operator_args: tuple[str, ...] = ()
+) -> dict[str, Any]:
     sandbox = Sandbox(f"bench-{os.getpid()}-{count}", workdir / "sandboxes")
     try:
         sandbox.up(owner_pid=os.getpid(), engine_nodes=0)
-        return run(sandbox.kubeconfig, count, workdir, idle_window, timeout)
+        return run(sandbox.kubeconfig, count, workdir, idle_window, timeout, operator_args)
     finally:
         sandbox.down()
 
@@ -382,14 +412,21 @@ def table(runs: list[dict[str, Any]]) -> list[str]:
         ("idle: writes / CPU s per minute", "idleWritesPerMinute", "idleCpuSecondsPerMinute"),
         ("engine metrics reads per minute", "engineReadsPerMinute", None),
         ("operator CPU until all Ready (s)", "operatorCpuSecondsToReady", None),
+        ("control plane CPU until all Ready: operator path / raw (s)",
+         "controlPlaneCpuSecondsToReady", "rawControlPlaneCpuSecondsToReady"),
         ("restart: s to reconcile all / writes", "restartSecondsToReconcileAll", "restartWrites"),
         ("restart: resident memory peak (MiB)", "restartPeakRssMiB", None),
     ]  # fmt: skip
     lines = [f"{'resources':<48}" + "".join(f"{r['resources']:>18}" for r in runs)]
     for label, first, second in rows:
-        cells = [f"{r[first]:g}" + (f" / {r[second]:g}" if second else "") for r in runs]
+        cells = [_cell(r.get(first)) + (f" / {_cell(r.get(second))}" if second else "") for r in runs]
         lines.append(f"{label:<48}" + "".join(f"{c:>18}" for c in cells))
     return lines
+
+
+def _cell(value: float | None) -> str:
+    """A number, or "-" where the run could not measure it (a cluster that is no sandbox)."""
+    return "-" if value is None else f"{value:g}"
 
 
 def plot(runs: list[dict[str, Any]], out: Path) -> None:
@@ -441,17 +478,24 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=1800.0, help="bound on each wait")
     parser.add_argument("--output", choices=("text", "json"), default="text")
     parser.add_argument("--plot", type=Path, help="write growth curves (PNG or SVG) here")
+    parser.add_argument(
+        "--operator-arg",
+        action="append",
+        default=[],
+        help="pass to `specdeploy run` (repeat; e.g. --operator-arg=--acceptance-interval=0)",
+    )
     args = parser.parse_args()
     if args.kubeconfig and len(args.resources) > 1:
         parser.error("--kubeconfig takes one --resources count")
     runs: list[dict[str, Any]] = []
+    extra = tuple(args.operator_arg)
     for count in args.resources:
         with tempfile.TemporaryDirectory(prefix="specdeploy-bench-") as tmp:
             workdir = Path(tmp)
             if args.kubeconfig:
-                runs.append(run(args.kubeconfig, count, workdir, args.idle_window, args.timeout))
+                runs.append(run(args.kubeconfig, count, workdir, args.idle_window, args.timeout, extra))
             else:
-                runs.append(run_in_sandbox(count, workdir, args.idle_window, args.timeout))
+                runs.append(run_in_sandbox(count, workdir, args.idle_window, args.timeout, extra))
         print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
     if args.plot:
         plot(runs, args.plot)

@@ -71,6 +71,10 @@ def test_seed_example_becomes_ready_on_a_gpu_node(
 
     events = get(kubectl, namespace, "events", "--field-selector", "involvedObject.name=qwen3-30b-a3b-eagle3")
     assert any(e["reason"] == "Ready" for e in events["items"]), events
+    # The sandbox's loopback pod IPs are no valid endpoint: its endpoint controllers are off.
+    everything = get(kubectl, namespace, "events")["items"]
+    failed = [e for e in everything if "FailedToUpdateEndpoint" in e["reason"]]
+    assert failed == [], failed
 
     printed = kubectl("get", "sdep", "qwen3-30b-a3b-eagle3", namespace=namespace)
     assert "Qwen/Qwen3-30B-A3B-Instruct-2507" in printed and "vllm" in printed

@@ -32,7 +32,11 @@ FIGURES = (
     "eventsPerResource",
     "rawEventsPerResource",
     "restartPeakRssMiB",
+    "controlPlaneCpuSecondsToReady",
+    "rawControlPlaneCpuSecondsToReady",
 )
+# Passed through to the operator (both of its runs): no engine metrics reader.
+OPERATOR_ARG = "--acceptance-interval=0"
 
 
 @pytest.mark.timeout(900)
@@ -41,6 +45,7 @@ def test_small_scale_run_reports_both_paths(tmp_path: Path) -> None:
     argv = [
         sys.executable, str(REPO / "bench" / "reconcile_scale.py"),
         "--resources", str(RESOURCES), "--idle-window", "10", "--output", "json", "--plot", str(plot),
+        f"--operator-arg={OPERATOR_ARG}",
     ]  # fmt: skip
     run = subprocess.run(argv, capture_output=True, text=True, timeout=840)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -61,4 +66,9 @@ def test_small_scale_run_reports_both_paths(tmp_path: Path) -> None:
     # Every resource reports at least its Ready transition as an Event.
     assert figures["eventsPerResource"] >= 1
     assert figures["applyAloneSeconds"] > 0
+    # Both paths' rollouts cost the sandbox's control plane CPU, measured from its processes.
+    assert figures["controlPlaneCpuSecondsToReady"] > 0 and figures["rawControlPlaneCpuSecondsToReady"] > 0
+    # The operator ran with the argument given: its reader was off, so it read no engine.
+    assert figures["operatorArgs"] == [OPERATOR_ARG]
+    assert figures["engineReadsPerMinute"] == 0
     assert plot.read_text().lstrip().startswith("<?xml")

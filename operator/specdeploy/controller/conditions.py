@@ -12,12 +12,13 @@ from specdeploy.api import CONDITION_ORDER, Condition
 
 @dataclass(frozen=True)
 class Transition:
-    """A condition whose status changed; becomes a Kubernetes Event."""
+    """A condition that appeared or whose status or reason changed; may become a Kubernetes Event."""
 
     type: str
     status: str
     reason: str
     message: str
+    appeared: bool = False
 
 
 def now() -> str:
@@ -44,7 +45,9 @@ def merge(
             ).model_dump(by_alias=True, exclude_none=True)
         )
         if previous is None or changed or previous.get("reason") != cond.reason:
-            transitions.append(Transition(cond.type, cond.status, cond.reason, cond.message))
+            transitions.append(
+                Transition(cond.type, cond.status, cond.reason, cond.message, appeared=previous is None)
+            )
     return merged, transitions
 
 

@@ -23,7 +23,13 @@ def manifest_hash(manifest: dict[str, Any]) -> str:
 
 
 def stamped(manifest: dict[str, Any]) -> dict[str, Any]:
-    """The manifest with its own hash in an annotation (the hash excludes that annotation)."""
+    """The manifest with its own hash in an annotation (the hash excludes that annotation).
+
+    A manifest that already carries one is returned as is: a pass stamps its children once and
+    both the write decision and the status's rollout check read that stamp (hashing a Deployment
+    costs about as much as the rest of the comparison)."""
+    if HASH_ANNOTATION in (manifest["metadata"].get("annotations") or {}):
+        return manifest
     meta = dict(manifest["metadata"])
     meta["annotations"] = {**meta.get("annotations", {}), HASH_ANNOTATION: manifest_hash(manifest)}
     return {**manifest, "metadata": meta}

@@ -206,6 +206,7 @@ class Reconciler:
             self.kube.read_configmap,
             self.kube.read_secret if self.read_secrets else None,
         )
+        desired = _stamped(desired)
         deployment = view.deployment(key)
         service = view.service(key)
         if not desired.blocked:
@@ -226,7 +227,7 @@ class Reconciler:
                 await self._run(self.kube.patch_status, key, new_status)
                 metrics.WRITES.labels("status").inc()
                 self.ledger.remember("status", key, fingerprint, version)
-        for t in transitions:
+        for t in filter(_newsworthy, transitions):
             kind = "Normal" if _healthy(t) else "Warning"
             await self._run(self.post_event, body, kind, t.reason, f"{t.type}={t.status}: {t.message}")
         if desired.retry:
@@ -246,7 +247,7 @@ class Reconciler:
             if manifest is None:
                 continue
             try:
-                await self._apply(key, diffing.stamped(manifest), current[manifest["kind"]])
+                await self._apply(key, manifest, current[manifest["kind"]])
             except Refused as exc:
                 return dataclasses.replace(
                     desired, blocked=True, reason="ChildRejected", message=str(exc), retry=True
@@ -265,6 +266,28 @@ class Reconciler:
         await self._run(self.kube.apply, want)
         metrics.WRITES.labels(kind).inc()
         self.ledger.remember(kind, key, fingerprint, version)
+
+
+def _stamped(desired: pipeline.Desired) -> pipeline.Desired:
+    """The children with their hash annotation, computed once for the pass."""
+    def stamp(manifest: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if manifest is None else diffing.stamped(manifest)
+
+    return dataclasses.replace(
+        desired,
+        deployment=stamp(desired.deployment),
+        service=stamp(desired.service),
+        disruption_budget=stamp(desired.disruption_budget),
+    )
+
+
+def _newsworthy(transition: Transition) -> bool:
+    """Whether a transition is worth an Event: every change, but of the conditions a new resource
+    starts with only the problems (not Ready=False, which every new resource starts as). An Event is
+    an apiserver write; one per starting condition made Events most of the operator's writes."""
+    if not transition.appeared:
+        return True
+    return transition.type != api.READY and not _healthy(transition)
 
 
 def _healthy(transition: Transition) -> bool:

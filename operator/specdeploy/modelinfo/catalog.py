@@ -8,6 +8,7 @@ with a YAML file named by ``SPECDEPLOY_CATALOG`` (the Helm chart mounts a Config
 from __future__ import annotations
 
 import os
+import threading
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -111,6 +112,9 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+_LOADING = threading.Lock()
+
+
 @lru_cache(maxsize=8)
 def _load(extra_path: str | None) -> Catalog:
     builtin = resources.files("specdeploy").joinpath("data/catalog.yaml").read_text(encoding="utf-8")
@@ -121,9 +125,13 @@ def _load(extra_path: str | None) -> Catalog:
 
 
 def load(extra_path: str | None = None) -> Catalog:
-    """The catalog, merged with ``extra_path`` or else the file named by SPECDEPLOY_CATALOG (cached)."""
+    """The catalog, merged with ``extra_path`` or else the file named by SPECDEPLOY_CATALOG (cached).
+
+    Serialized: at operator start every reconcile thread asks at once, and without the lock each
+    parsed the YAML itself before the cache held it."""
     path = extra_path if extra_path is not None else os.environ.get(CATALOG_ENV) or None
-    return _load(path)
+    with _LOADING:
+        return _load(path)
 
 
 def verifier_entry(model_id: str) -> VerifierEntry | None:

@@ -16,6 +16,11 @@ from specdeploy.sandbox.binaries import KUBERNETES_VERSION, Binaries
 from specdeploy.sandbox.pki import Pki
 
 SERVICE_CIDR = "10.96.0.0/16"
+UNUSED_CONTROLLERS = (
+    "endpoints-controller",
+    "endpointslice-controller",
+    "endpointslice-mirroring-controller",
+)
 AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1",
     "kind": "Policy",
@@ -147,6 +152,10 @@ def kube_controller_manager(bins: Binaries, keys: Pki, ports: Ports, kubeconfig:
         f"--cluster-signing-cert-file={keys.ca_cert}",
         f"--cluster-signing-key-file={keys.ca_key}",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
+        # Sandbox pod IPs are loopback addresses, which the apiserver refuses in Endpoints and
+        # EndpointSlices: these controllers would retry every Service forever (thousands of failed
+        # writes and Events in a scale run), and nothing here routes Services (no kube-proxy).
+        f"--controllers=*,{','.join('-' + c for c in UNUSED_CONTROLLERS)}",
     ]
 
 
