@@ -412,3 +412,24 @@ def test_unlabelled_gpu_node_names_the_node_and_the_fix() -> None:
     assert "node gpu-7 has 8 allocatable nvidia.com/gpu but no label naming its GPU" in outcome.message
     assert "kubernetes.io/hostname=gpu-7" in outcome.message
     assert "kubectl label node gpu-7 nvidia.com/gpu.product=" in outcome.message
+
+
+def test_a_pinned_product_is_matched_per_product_not_per_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every pass plans against the same inventory: matching ``gpuProduct`` node by node made a
+    rollout's planning grow with resources times nodes."""
+    cluster = planning.parse_gpus_flag("h100-80gb:8x400,a100-40gb:8x400")
+    matched: list[str] = []
+    same_gpu = planning.planner.same_gpu
+
+    def counting(product: str, wanted: str) -> bool:
+        matched.append(product)
+        return same_gpu(product, wanted)
+
+    monkeypatch.setattr(planning.planner, "same_gpu", counting)
+    pinned = spec(parallelism={"gpuProduct": "a100-40gb"})
+    for _ in range(3):
+        plan = planned(planning.plan(pinned, qwen3_30b_a3b(), redhat_qwen3_30b_speculator(), cluster))
+        assert (plan.tensor_parallel_size, plan.gpu_product) == (2, "NVIDIA-A100-SXM4-40GB")
+    assert len(matched) == 3 * 2  # two products per pass, whatever the node count
+    assert cluster.label_counts("NVIDIA-A100-SXM4-40GB") == {planning.gpus.PRODUCT_LABEL: 400}
+    assert len(cluster.nodes_of("NVIDIA-H100-80GB-HBM3")) == 400

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import cast
+from typing import Any, cast
 
 import kopf
 import pytest
@@ -109,3 +109,29 @@ def test_watched_objects_are_stripped_before_kopf_queues_them(monkeypatch: pytes
 
     events = asyncio.run(collect())
     assert events == [watching.Bookmark.LISTED, {"type": "ADDED", "object": {"metadata": {"name": "pair"}}}]
+
+
+def test_engine_pods_arrive_thinned_and_other_kinds_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pod watch's objects keep only what the pod projection reads; other kinds keep their spec."""
+
+    def arriving() -> dict[str, Any]:
+        engine = {"name": "engine", "command": ["vllm"], "env": [{"name": "A", "value": "1"}]}
+        body = {"metadata": {"name": "p"}, "spec": {"containers": [engine]}, "status": {"hostIP": "x"}}
+        return {"type": "ADDED", "object": body}
+
+    async def kopf_stream(**_: object) -> AsyncIterator[object]:
+        yield arriving()
+
+    monkeypatch.setattr(kopf_tuning, "_KOPF_WATCH", kopf_stream)
+    monkeypatch.setattr(watching, "infinite_watch", watching.infinite_watch)
+    kopf_tuning.strip_watched_objects()
+
+    async def first(resource: kopf.Resource) -> Any:
+        (event,) = [event async for event in watching.infinite_watch(resource=resource)]
+        return event["object"]
+
+    pod = asyncio.run(first(kopf.Resource("", "v1", "pods")))
+    thinned = {"containers": [{"name": "engine", "command": ["vllm"]}]}
+    assert pod == {"metadata": {"name": "p"}, "spec": thinned, "status": {}}
+    deployment = asyncio.run(first(kopf.Resource("apps", "v1", "deployments")))
+    assert deployment == arriving()["object"]

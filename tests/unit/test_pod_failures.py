@@ -8,6 +8,8 @@ reconcile tests' fakes are checked here; tests/integration runs a crashing engin
 
 from __future__ import annotations
 
+import copy
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -175,6 +177,25 @@ def test_projection_keeps_where_and_what_the_engine_serves() -> None:
     assert view.serving_since == datetime(2025, 9, 12, 10, 16, 30, tzinfo=UTC).timestamp()
     assert [p.name for p in pods.serving([view], ["vllm", "serve", "m"])] == [POD]
     assert pods.serving([view], ["vllm", "serve", "other"]) == []
+
+
+def test_a_thinned_pod_projects_the_same(harness: Harness) -> None:
+    """Pods arrive thinned to what the projection reads: of an engine pod's spec (the seed pair's
+    Deployment template) only the engine's name, command and ports."""
+    converge_seed(harness)
+    template = harness.view.deployments[KEY]["spec"]["template"]
+    for body in (crash_loop(), pod_body(ready=True)):
+        body["spec"] = copy.deepcopy(template["spec"])
+        body["metadata"]["labels"].update(template["metadata"]["labels"])
+        body["status"].update(podIP="10.1.2.3", hostIP="10.0.0.7", qosClass="Guaranteed")
+        before = pods.project(body)
+        pods.thin(body)
+        assert pods.project(body) == before and before.command and before.port
+        assert len(json.dumps(body["spec"])) < len(json.dumps(template["spec"])) / 2
+        (engine,) = body["spec"]["containers"]
+        assert set(engine) == {"name", "command", "ports"}
+        assert set(body["status"]) <= {"phase", "podIP", "conditions", "containerStatuses"}
+        assert body["metadata"]["uid"] == f"uid-{POD}"  # kopf's identity of the object stays
 
 
 def test_projection_of_a_pod_with_no_status_yet() -> None:

@@ -428,13 +428,15 @@ def test_rollout_completion_is_a_status_only_write(harness: Harness) -> None:
     assert conditions_of(patch)[api.READY] == ("True", "Ready")
     assert conditions_of(patch)[api.PROGRESSING] == ("False", "RolloutComplete")
     assert (patch["replicas"], patch["readyReplicas"], patch["updatedReplicas"]) == (1, 1, 1)
-    # Unchanged conditions keep their transition time; only the two that moved are events.
+    # Unchanged conditions keep their transition time; of the two that moved, Ready is the one
+    # Event (Progressing=False RolloutComplete says the same "1/1 replicas ready").
     unchanged = {c["type"]: c for c in first["conditions"]}
     for cond in patch["conditions"]:
         if cond["type"] in (api.DEGRADED, api.PAIRING_VERIFIED, api.SCHEDULABLE):
             assert cond["lastTransitionTime"] == unchanged[cond["type"]]["lastTransitionTime"]
     posted = [(e.type, e.reason) for e in harness.events.posted]
-    assert posted == [("Normal", "Ready"), ("Normal", "RolloutComplete")]
+    assert posted == [("Normal", "Ready")]
+    assert harness.events.posted[0].message == "Ready=True: 1/1 replicas ready"
 
     harness.view.resources[KEY] = with_status(harness.view.resources[KEY], patch, "14")
     harness.quiet()

@@ -204,11 +204,13 @@ class EngineMetricsReader:
             self.forget(gone)
         jobs: list[tuple[Key, dict[str, Any], list[PodView], set[str]]] = []
         for key in keys:
+            pods = view.pods(key)
+            if key not in self._held and not any(p.ready for p in pods):
+                continue  # nothing to read or keep: its body is not even decoded
             body = view.resource(key)
             if body is None:
                 self.forget(key)
                 continue
-            pods = view.pods(key)
             command = (body.get("status") or {}).get("command") or []
             targets = serving(pods, command) if command else []
             if targets or key in self._held:

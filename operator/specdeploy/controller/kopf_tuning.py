@@ -15,8 +15,9 @@ until every resource was reconciled, at 330 MiB, nearly all of it in kopf itself
   read. The operator registers none (only on.event and index handlers), so the essence is empty.
 - Held bodies: the events held during pre-population (every object of every watched kind) and
   queued behind a running handler keep whole parsed bodies, half of them ``managedFields``.
-  Each object is stripped of what no reconcile reads as it leaves the watch stream, and the
-  first listing comes in chunks, so a restart never holds a whole list's JSON at once.
+  Each object is stripped of what no reconcile reads as it leaves the watch stream (engine pods
+  down to what their projection reads), and the first listing comes in chunks, so a restart
+  never holds a whole list's JSON at once.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import kopf
 from kopf._cogs.aiokits import aiotoggles
 from kopf._cogs.clients import watching
 
+from specdeploy.controller import pods
 from specdeploy.controller.cached import strip_unread
 
 # Objects per page of the first listing of a kind (kopf lists everything at once by default).
@@ -70,10 +72,16 @@ _KOPF_WATCH = watching.infinite_watch
 
 
 async def _stripped_watch(**kwargs: Any) -> AsyncIterator[Any]:
+    resource = kwargs.get("resource")
+    # The pod watch is of engine pods only (label-selected); their index and handler read a
+    # projection, so each pod arrives thinned to it.
+    is_pods = getattr(resource, "group", None) == "" and getattr(resource, "plural", None) == "pods"
     async for event in _KOPF_WATCH(**kwargs):
         body: Any = event.get("object") if isinstance(event, dict) else None
         if isinstance(body, dict):
             strip_unread(body)
+            if is_pods:
+                pods.thin(body)
         yield event
 
 

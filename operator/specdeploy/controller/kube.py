@@ -167,27 +167,30 @@ class KubeClient:
         A failed post is logged, never raised: an Event is a notice, status holds the truth.
         """
         meta = involved["metadata"]
-        now = datetime.now(UTC)
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         if len(message) > EVENT_MESSAGE_LIMIT:
             message = message[: EVENT_MESSAGE_LIMIT - 3] + "..."
-        event = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(generate_name=f"{meta['name']}.", namespace=meta["namespace"]),
-            involved_object=client.V1ObjectReference(
-                api_version=api.API_VERSION,
-                kind=api.KIND,
-                name=meta["name"],
-                namespace=meta["namespace"],
-                uid=meta.get("uid"),
-            ),
-            type=type_,
-            reason=reason,
-            message=message,
-            source=client.V1EventSource(component=FIELD_MANAGER),
-            reporting_component=FIELD_MANAGER,
-            first_timestamp=now,
-            last_timestamp=now,
-            count=1,
-        )
+        # A plain body: the client's model classes cost more to build and serialise than the post.
+        event: Any = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": api.API_VERSION,
+                "kind": api.KIND,
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message,
+            "source": {"component": FIELD_MANAGER},
+            "reportingComponent": FIELD_MANAGER,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
         try:
             _discard(self.core.create_namespaced_event(meta["namespace"], event, _preload_content=False))
         except ApiException as exc:

@@ -153,6 +153,26 @@ def _ready_since(status: Mapping[str, Any]) -> float | None:
     return None
 
 
+# What ``project`` reads of a pod's status; the rest (IPs per family, QoS class, start time, ...)
+# is dropped with the spec on arrival.
+_READ_STATUS = ("phase", "podIP", "conditions", "containerStatuses")
+
+
+def thin(body: dict[str, Any]) -> None:
+    """Keep, in place, only what ``project`` reads of an engine pod: its metadata, the engine
+    container's name, command and ports, and four status fields. Done to every pod as it leaves
+    the watch stream: a restart holds every pod's event until all kinds are indexed, and the
+    spec (env, volumes, probes, affinity) was most of each parsed body."""
+    spec = body.get("spec")
+    if isinstance(spec, dict):
+        engine = _engine_container(body)
+        kept = {k: engine[k] for k in ("name", "command", "ports") if k in engine}
+        body["spec"] = {"containers": [kept] if kept else []}
+    status = body.get("status")
+    if isinstance(status, dict):
+        body["status"] = {k: status[k] for k in _READ_STATUS if k in status}
+
+
 def project(body: Mapping[str, Any]) -> PodView:
     """The projection of a pod body (as the watch delivers it)."""
     meta = body.get("metadata") or {}

@@ -227,7 +227,7 @@ class Reconciler:
                 await self._run(self.kube.patch_status, key, new_status)
                 metrics.WRITES.labels("status").inc()
                 self.ledger.remember("status", key, fingerprint, version)
-        for t in filter(_newsworthy, transitions):
+        for t in _news(transitions):
             kind = "Normal" if _healthy(t) else "Warning"
             await self._run(self.post_event, body, kind, t.reason, f"{t.type}={t.status}: {t.message}")
         if desired.retry:
@@ -279,6 +279,14 @@ def _stamped(desired: pipeline.Desired) -> pipeline.Desired:
         service=stamp(desired.service),
         disruption_budget=stamp(desired.disruption_budget),
     )
+
+
+def _news(transitions: list[Transition]) -> list[Transition]:
+    """The transitions a pass posts as Events: the newsworthy ones, without a rollout completing
+    in the same pass that turned Ready with the same message (one piece of news, one write)."""
+    news = [t for t in transitions if _newsworthy(t)]
+    ready = {t.message for t in news if t.type == api.READY and t.status == "True"}
+    return [t for t in news if not (t.type == api.PROGRESSING and _healthy(t) and t.message in ready)]
 
 
 def _newsworthy(transition: Transition) -> bool:

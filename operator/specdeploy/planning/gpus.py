@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from typing import Any
 
@@ -80,7 +80,9 @@ def gpu_table() -> tuple[GpuType, ...]:
     return _GpuTable.model_validate(data).gpus
 
 
+@lru_cache(maxsize=1024)
 def _key(name: str) -> str:
+    """A name normalised for lookup (cached: node products are matched on every pass)."""
     key = re.sub(r"[\s_]+", "-", name.strip().lower())
     return key.removesuffix(_SHARED_SUFFIX)
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from specdeploy.api import GPU_RESOURCE
@@ -117,11 +119,26 @@ class Inventory:
 
     def products(self) -> list[ProductCapacity]:
         """Products present, sorted by name; memory is the smallest any node reports (safe side)."""
+        return list(self._products)
+
+    def nodes_of(self, product: str) -> tuple[GpuNode, ...]:
+        """The nodes of one product (in name order)."""
+        return self._by_product.get(product, ())
+
+    @cached_property
+    def _by_product(self) -> dict[str, tuple[GpuNode, ...]]:
+        """Nodes grouped by product, once per inventory: every pass plans against the same
+        inventory, and regrouping its nodes each time made a rollout's planning grow with
+        resources times nodes."""
         grouped: dict[str, list[GpuNode]] = {}
         for node in self.nodes:
             grouped.setdefault(node.product, []).append(node)
+        return {product: tuple(nodes) for product, nodes in sorted(grouped.items())}
+
+    @cached_property
+    def _products(self) -> tuple[ProductCapacity, ...]:
         capacities = []
-        for product, nodes in sorted(grouped.items()):
+        for product, nodes in self._by_product.items():
             memories = [n.memory_mib for n in nodes if n.memory_mib is not None]
             capacities.append(
                 ProductCapacity(
@@ -132,7 +149,7 @@ class Inventory:
                     gpu_type=lookup_gpu(product),
                 )
             )
-        return capacities
+        return tuple(capacities)
 
     def signature(self) -> str:
         """Changes only when the GPU capacity the planner sees changes (not on heartbeats)."""
@@ -152,11 +169,11 @@ class Inventory:
 
     def label_counts(self, product: str) -> dict[str, int]:
         """For the nodes of ``product``: how many carry each label that named it."""
-        counts: dict[str, int] = {}
-        for node in self.nodes:
-            if node.product == product:
-                counts[node.label] = counts.get(node.label, 0) + 1
-        return counts
+        return dict(self._label_counts.get(product, {}))
+
+    @cached_property
+    def _label_counts(self) -> dict[str, dict[str, int]]:
+        return {product: dict(Counter(n.label for n in nodes)) for product, nodes in self._by_product.items()}
 
 
 def _positive_int(value: Any) -> int | None:

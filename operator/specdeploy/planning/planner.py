@@ -257,7 +257,7 @@ def _candidates(
     if not wanted:
         return capacities, nodes
     capacities = [c for c in capacities if same_gpu(c.product, wanted)]
-    nodes = [n for n in nodes if same_gpu(n.product, wanted)]
+    nodes = [n for c in capacities for n in inventory.nodes_of(c.product)]
     if capacities:
         return capacities, nodes
     present = ", ".join(c.product for c in inventory.products()) or "none"
