@@ -24,6 +24,8 @@ ConfigMapReader = Callable[[str, str], dict[str, str] | None]
 # The raw bytes of one key of a Secret (None when the Secret or the key is missing).
 SecretReader = Callable[[str, str, str], bytes | None]
 CONFIG_MAP_FIELD = "spec.pairing.metadataConfigMap"
+# The Schedulable reason of a multi-node plan in a cluster without LeaderWorkerSet.
+LWS_MISSING = "LeaderWorkerSetNotInstalled"
 TOKEN_FIELD = "spec.modelAccess.tokenSecretRef"
 ENDPOINT_FIELD = "spec.modelAccess.endpoint"
 
@@ -50,6 +52,7 @@ class Desired:
 
     blocked: bool
     deployment: dict[str, Any] | None = None
+    leader_worker_set: dict[str, Any] | None = None
     service: dict[str, Any] | None = None
     disruption_budget: dict[str, Any] | None = None
     status: api.SpeculativeDeploymentStatus = field(default_factory=api.SpeculativeDeploymentStatus)
@@ -97,11 +100,14 @@ def compute(
     inventory: planning.Inventory,
     read_configmap: ConfigMapReader | None = None,
     read_secret: SecretReader | None = None,
+    leader_worker_sets: bool = True,
 ) -> Desired:
     """Desired state of one SpeculativeDeployment given the GPUs the cluster has.
 
     ``read_secret`` is given only when the operator may read Secrets (opt-in): then the hub
     token the resource names is used for the pairing check's downloads too.
+    ``leader_worker_sets`` says whether the cluster serves LeaderWorkerSet, which a replica on
+    several nodes needs.
     """
     meta = body.get("metadata", {})
     namespace = meta.get("namespace", "default")
@@ -118,7 +124,7 @@ def compute(
         )
         effective = pairing.effective_spec(spec, resolved)
         _check_engine_rules(effective, progress)
-        plan = _planned(effective, resolved, inventory, progress)
+        plan = _planned(effective, resolved, inventory, progress, leader_worker_sets)
         effective = _with_plan(effective, plan)
         _check_engine_rules(effective, progress)
         return _with_children(body, effective, plan, inventory, progress)
@@ -198,6 +204,7 @@ def _planned(
     resolved: pairing.ResolvedPair,
     inventory: planning.Inventory,
     progress: _Progress,
+    leader_worker_sets: bool,
 ) -> api.Plan:
     outcome = planning.plan(spec, resolved.verifier, resolved.speculator, inventory)
     if outcome.plan is not None:
@@ -205,15 +212,29 @@ def _planned(
     if not outcome.fits or outcome.plan is None:
         progress.condition(api.SCHEDULABLE, "False", outcome.reason, outcome.message)
         progress.block(outcome.reason, outcome.message)
+    if outcome.plan.nodes_per_replica > 1 and not leader_worker_sets:
+        message = (
+            f"{outcome.plan.reason}; a replica on {outcome.plan.nodes_per_replica} nodes runs as a "
+            f"LeaderWorkerSet group and the cluster does not serve {children.LWS_API_VERSION}: "
+            f"install LeaderWorkerSet ({children.LWS_INSTALL}) or set spec.parallelism.nodes to 1"
+        )
+        progress.condition(api.SCHEDULABLE, "False", LWS_MISSING, message)
+        progress.block(LWS_MISSING, message)
     progress.condition(api.SCHEDULABLE, "True", outcome.reason, outcome.plan.reason)
     return outcome.plan
 
 
 def _with_plan(spec: api.SpeculativeDeploymentSpec, plan: api.Plan) -> api.SpeculativeDeploymentSpec:
-    """The planned TP, and the context length the KV cache was planned for (not the model's maximum)."""
+    """The planned layout (tensor, pipeline, nodes), and the context length the KV cache was
+    planned for (not the model's maximum)."""
+    layout = {
+        "tensor": plan.tensor_parallel_size,
+        "pipeline": plan.pipeline_parallel_size,
+        "nodes": plan.nodes_per_replica,
+    }
     return spec.model_copy(
         update={
-            "parallelism": spec.parallelism.model_copy(update={"tensor": plan.tensor_parallel_size}),
+            "parallelism": spec.parallelism.model_copy(update=layout),
             "max_model_len": spec.max_model_len or plan.max_model_len,
         }
     )
@@ -226,8 +247,8 @@ def _with_children(
     inventory: planning.Inventory,
     progress: _Progress,
 ) -> Desired:
-    """The Deployment, Service and PodDisruptionBudget of the effective spec, and the status fields
-    they settle."""
+    """The Deployment (one node per replica) or LeaderWorkerSet (several), Service and
+    PodDisruptionBudget of the effective spec, and the status fields they settle."""
     meta = body.get("metadata", {})
     name, namespace = meta.get("name", ""), meta.get("namespace", "default")
     launch = engines.render(spec)
@@ -238,12 +259,15 @@ def _with_children(
         endpoint=children.endpoint(name, namespace, spec, launch),
         selector=children.selector_string(name),
     )
+    placement = planning.placement(plan, inventory)
+    multi_node = plan.nodes_per_replica > 1
+    build = children.build_leader_worker_set if multi_node else children.build_deployment
+    engine_set = build(name, namespace, spec, launch, placement, plan, owner)
     return Desired(
         blocked=False,
-        deployment=children.build_deployment(
-            name, namespace, spec, launch, planning.placement(plan, inventory), plan, owner=owner
-        ),
-        service=children.build_service(name, namespace, spec, launch, owner=owner),
+        deployment=None if multi_node else engine_set,
+        leader_worker_set=engine_set if multi_node else None,
+        service=children.build_service(name, namespace, spec, launch, owner=owner, leaders_only=multi_node),
         disruption_budget=children.build_disruption_budget(name, namespace, spec, owner=owner),
         status=api.SpeculativeDeploymentStatus(**progress.fields),
         conditions=progress.conditions,

@@ -63,6 +63,11 @@ def _vllm(top: argparse.ArgumentParser, argv: list[str]) -> dict[str, Any]:
             "served_model_name": values.get("served_model_name"),
             "enable_expert_parallel": values.get("enable_expert_parallel"),
             "kv_cache_dtype": values.get("kv_cache_dtype"),
+            "pipeline_parallel_size": values.get("pipeline_parallel_size"),
+            "nnodes": values.get("nnodes"),
+            "node_rank": values.get("node_rank"),
+            "master_addr": values.get("master_addr"),
+            "headless": values.get("headless"),
         }
     return result
 
@@ -154,6 +159,10 @@ def _sglang(parser: argparse.ArgumentParser, argv: list[str]) -> dict[str, Any]:
             "context_length",
             "served_model_name",
             "enable_metrics",
+            "pp_size",
+            "nnodes",
+            "node_rank",
+            "dist_init_addr",
         )
     }
     try:

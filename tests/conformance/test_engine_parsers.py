@@ -14,6 +14,7 @@ import pytest
 
 from engine_venvs import install_timeout
 from specdeploy import api, engines
+from specdeploy.engines import base as engines_base
 from specdeploy.engines import sglang, vllm
 from specdeploy.engines.base import OwnedFlag
 
@@ -52,9 +53,16 @@ EVERY_OPTION: dict[str, Any] = {
     "servedModelName": "qwen3-a3b",
 }
 
+# What LeaderWorkerSet puts in each pod's environment, for the $(VAR) Kubernetes expands in a
+# multi-node command: the leader pod's DNS name and the pod's index in its group (a worker's here;
+# the leader's command carries its rank literally).
+LWS_ENV = {"$(LWS_LEADER_ADDRESS)": "llama-405b-0.llama-405b.default", "$(LWS_WORKER_INDEX)": "1"}
+LEADER_HOST = LWS_ENV["$(LWS_LEADER_ADDRESS)"]
+
 VALID: dict[str, dict[str, dict[str, Any]]] = {
     "vllm": {
         "seed-000": PAIR_000,
+        "multi-node": {**PAIR_000, "parallelism": {"tensor": 8, "pipeline": 2, "nodes": 2}},
         "every-option": {
             **EVERY_OPTION,
             "engine": {
@@ -66,6 +74,7 @@ VALID: dict[str, dict[str, dict[str, Any]]] = {
     "sglang": {
         "seed-003": {**PAIR_003, "engine": {"sglang": {"eagleTopk": 8, "numDraftTokens": 64}}},
         "chain": {**PAIR_000, "engine": {"name": "sglang"}},
+        "multi-node": {**PAIR_003, "parallelism": {"tensor": 16, "nodes": 2}},
         "every-option": {
             **EVERY_OPTION,
             "speculator": {**EVERY_OPTION["speculator"], "draftTensorParallelSize": 2},
@@ -85,10 +94,25 @@ def spec_of(raw: dict[str, Any], engine: str) -> api.SpeculativeDeploymentSpec:
     return api.SpeculativeDeploymentSpec.model_validate({**raw, "engine": engine_section})
 
 
+def expand(argv: list[str]) -> list[str]:
+    """``argv`` as the container runs it: the $(VAR) references Kubernetes expands, expanded."""
+    for reference, value in LWS_ENV.items():
+        argv = [arg.replace(reference, value) for arg in argv]
+    return argv
+
+
+def valid_cases(engine: str) -> Iterator[tuple[str, list[str]]]:
+    """Each valid render's command and, on several nodes, ``<name>-worker``: the workers' command."""
+    for name, raw in VALID[engine].items():
+        launch = engines.render(spec_of(raw, engine))
+        yield name, expand(launch.command)
+        if launch.worker_command is not None:
+            yield f"{name}-worker", expand(launch.worker_command)
+
+
 def cases(engine: str) -> Iterator[tuple[str, list[str]]]:
     """Valid renders, then argvs each parser must refuse (a typo, and an unknown user flag)."""
-    for name, raw in VALID[engine].items():
-        yield name, engines.render(spec_of(raw, engine)).command
+    yield from valid_cases(engine)
     seed = next(iter(VALID[engine].values()))
     seed_command = engines.render(spec_of(seed, engine)).command
     yield "typo", [arg.replace("--speculative-", "--speculativ-") for arg in seed_command]
@@ -119,7 +143,7 @@ def test_every_valid_command_parses_with_exact_flag_names(parsed: tuple[str, dic
     """Exact names: argparse would also accept an abbreviation, which breaks when a flag is added."""
     engine, response = parsed
     options = {name for group in response["options"] for name in group}
-    for case in VALID[engine]:
+    for case, _ in valid_cases(engine):
         argv, result = response["by_case"][case]
         assert result["ok"], f"{engine} {case}: {result['error']}\n{argv}"
         inexact = [flag for flag in flag_tokens(argv) if flag not in options]
@@ -165,6 +189,21 @@ def test_vllm_reads_what_was_meant(parse_all: ParseAll) -> None:
         assert values["max_model_len"] == spec.max_model_len, name
         expected_name = [spec.served_model_name] if spec.served_model_name else None
         assert values["served_model_name"] == expected_name, name
+        assert values["pipeline_parallel_size"] == engines_base.pipeline_parallel_size(spec), name
+        assert values["headless"] is False, name
+
+
+def test_vllm_multi_node_commands_read_as_one_group(parse_all: ParseAll) -> None:
+    """Leader and worker name the same group (size, leader address) and their own ranks; only
+    the workers run headless, and both carry the same engine and speculative configuration."""
+    by_case = parse_cases(parse_all, "vllm")["by_case"]
+    leader, worker = by_case["multi-node"][1]["values"], by_case["multi-node-worker"][1]["values"]
+    assert (leader["nnodes"], leader["node_rank"], leader["headless"]) == (2, 0, False)
+    assert (worker["nnodes"], worker["node_rank"], worker["headless"]) == (2, 1, True)
+    assert leader["master_addr"] == worker["master_addr"] == LEADER_HOST
+    assert (leader["tensor_parallel_size"], leader["pipeline_parallel_size"]) == (8, 2)
+    same = ("model", "speculative_config", "tensor_parallel_size", "pipeline_parallel_size", "max_model_len")
+    assert {k: leader[k] for k in same} == {k: worker[k] for k in same}
 
 
 def test_vllm_speculative_config_is_the_json_meant(parse_all: ParseAll) -> None:
@@ -215,3 +254,19 @@ def test_sglang_reads_what_was_meant(parse_all: ParseAll) -> None:
         assert values["context_length"] == spec.max_model_len, name
         assert values["served_model_name"] == spec.served_model_name, name
         assert values["enable_metrics"] is True, name
+        assert values["pp_size"] == 1, name
+
+
+def test_sglang_multi_node_commands_read_as_one_group(parse_all: ParseAll) -> None:
+    """Every pod of the group runs the same server arguments with its own node rank and the
+    leader's process-group address; tensor parallelism spans the nodes."""
+    by_case = parse_cases(parse_all, "sglang")["by_case"]
+    leader, worker = by_case["multi-node"][1], by_case["multi-node-worker"][1]
+    assert worker["ok"], worker["error"]
+    lead, work = leader["values"], worker["values"]
+    assert (lead["nnodes"], lead["node_rank"]) == (2, 0)
+    assert (work["nnodes"], work["node_rank"]) == (2, 1)
+    assert lead["dist_init_addr"] == work["dist_init_addr"] == f"{LEADER_HOST}:{sglang.DIST_INIT_PORT}"
+    assert lead["tp_size"] == work["tp_size"] == 16
+    same = ("model_path", "speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps")
+    assert {k: lead[k] for k in same} == {k: work[k] for k in same}

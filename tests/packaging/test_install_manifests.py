@@ -224,7 +224,11 @@ NAMESPACED = {
     ("specdeploy.io", "speculativedeployments", "watch"),
     ("specdeploy.io", "speculativedeployments/status", "get"),
     ("specdeploy.io", "speculativedeployments/status", "patch"),
-    *{("apps", "deployments", v) for v in ("get", "list", "watch", "create", "patch")},
+    *{("apps", "deployments", v) for v in ("get", "list", "watch", "create", "patch", "delete")},
+    *{
+        ("leaderworkerset.x-k8s.io", "leaderworkersets", v)
+        for v in ("get", "list", "watch", "create", "patch", "delete")
+    },
     *{("", "services", v) for v in ("get", "list", "watch", "create", "patch")},
     *{("policy", "poddisruptionbudgets", v) for v in ("get", "list", "watch", "create", "patch")},
     ("", "pods", "list"),

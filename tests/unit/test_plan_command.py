@@ -37,8 +37,9 @@ def test_plan_text_shows_plan_and_alternatives(tmp_path: Path, capsys: pytest.Ca
     assert "NVIDIA-H100-80GB-HBM3" in out
     assert "KV cache for 32768 tokens x 2 sequences" in out
     assert "Alternatives considered:" in out
-    assert "1   H100 80GB  chosen" in out
-    assert "2   A100 40GB  fits; not preferred" in out
+    assert "NODES  TP  PP  GPU" in out
+    assert "1      1   1   H100 80GB  chosen" in out
+    assert "1      2   1   A100 40GB  fits; not preferred" in out
     # Only the verifier was named: the plan says where the speculator came from.
     speculator = "RedHatAI/Qwen3-30B-A3B-Instruct-2507-speculator.eagle3"
     assert f"Pair:\n  speculator {speculator} is the catalog's recommendation" in out

@@ -109,6 +109,7 @@ class FakeKube:
     applies: list[dict[str, Any]] = field(default_factory=list)
     status_patches: list[tuple[Key, dict[str, Any]]] = field(default_factory=list)
     reads: list[tuple[str, ...]] = field(default_factory=list)
+    deletes: list[tuple[str, str]] = field(default_factory=list)
     # kind -> the message the apiserver refuses that kind's apply with
     refuse: dict[str, str] = field(default_factory=dict)
 
@@ -120,6 +121,9 @@ class FakeKube:
     def patch_status(self, key: Key, patch: dict[str, Any]) -> None:
         self.status_patches.append((key, copy.deepcopy(patch)))
 
+    def delete(self, manifest: dict[str, Any]) -> None:
+        self.deletes.append((manifest["kind"], manifest["metadata"]["name"]))
+
     def read_configmap(self, namespace: str, name: str) -> dict[str, str] | None:
         self.reads.append(("configmap", namespace, name))
         return None
@@ -129,11 +133,12 @@ class FakeKube:
         return None
 
     def writes(self) -> int:
-        return len(self.applies) + len(self.status_patches)
+        return len(self.applies) + len(self.status_patches) + len(self.deletes)
 
     def clear(self) -> None:
         self.applies.clear()
         self.status_patches.clear()
+        self.deletes.clear()
 
 
 @dataclass
@@ -163,6 +168,7 @@ class FakeView:
     def __init__(self, *nodes: dict[str, Any]) -> None:
         self.resources: dict[Key, dict[str, Any]] = {}
         self.deployments: dict[Key, dict[str, Any]] = {}
+        self.leader_worker_sets: dict[Key, dict[str, Any]] = {}
         self.services: dict[Key, dict[str, Any]] = {}
         self.budgets: dict[Key, dict[str, Any]] = {}
         self.node_objects: dict[str, dict[str, Any]] = {n["metadata"]["name"]: n for n in nodes}
@@ -173,6 +179,9 @@ class FakeView:
 
     def deployment(self, key: Key) -> dict[str, Any] | None:
         return self.deployments.get(key)
+
+    def leader_worker_set(self, key: Key) -> dict[str, Any] | None:
+        return self.leader_worker_sets.get(key)
 
     def service(self, key: Key) -> dict[str, Any] | None:
         return self.services.get(key)
@@ -271,7 +280,10 @@ def stored(manifest: dict[str, Any], version: str, **status_: Any) -> dict[str, 
     """An applied child as the watch returns it: a resourceVersion and server-defaulted fields."""
     body = copy.deepcopy(manifest)
     body["metadata"].update(resourceVersion=version, uid=f"uid-{version}", generation=1)
-    if body["kind"] == "Deployment":
+    if body["kind"] == "LeaderWorkerSet":
+        body["spec"]["networkConfig"] = {"subdomainPolicy": "Shared"}
+        body["status"] = dict(status_)
+    elif body["kind"] == "Deployment":
         body["spec"]["revisionHistoryLimit"] = 10
         body["spec"]["template"]["spec"]["restartPolicy"] = "Always"
         body["status"] = dict(status_)

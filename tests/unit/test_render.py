@@ -140,10 +140,17 @@ def test_cluster_wide_engine_image_default(
 
 def test_engine_pods_follow_the_restricted_rules_they_can(capsys: pytest.CaptureFixture[str]) -> None:
     """Everything of the restricted Pod Security Standard but runAsNonRoot (the images run as root)."""
+    pods = []
     for example in EXAMPLES:
         assert main(["render", "-f", str(example)]) == 0
-        deployment = next(d for d in yaml.safe_load_all(capsys.readouterr().out) if d["kind"] == "Deployment")
-        pod = deployment["spec"]["template"]["spec"]
+        for child in yaml.safe_load_all(capsys.readouterr().out):
+            if child["kind"] == "Deployment":
+                pods.append(child["spec"]["template"]["spec"])
+            if child["kind"] == "LeaderWorkerSet":
+                group = child["spec"]["leaderWorkerTemplate"]
+                pods += [group["leaderTemplate"]["spec"], group["workerTemplate"]["spec"]]
+    assert len(pods) == len(EXAMPLES) + 1  # one example spans two nodes: leader and worker
+    for pod in pods:
         assert pod["automountServiceAccountToken"] is False
         for container in pod["containers"]:
             assert container["securityContext"] == {

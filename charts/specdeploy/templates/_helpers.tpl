@@ -75,9 +75,14 @@ app.kubernetes.io/part-of: specdeploy
 - apiGroups: ["specdeploy.io"]
   resources: ["speculativedeployments/status"]
   verbs: ["get", "patch"]
+{{- /* Engine pods of replicas that fit one node; delete only when a resource moves to several. */}}
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["get", "list", "watch", "create", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+{{- /* Engine pods of replicas on several nodes (LeaderWorkerSet groups); delete when one moves back. */}}
+- apiGroups: ["leaderworkerset.x-k8s.io"]
+  resources: ["leaderworkersets"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["get", "list", "watch", "create", "patch"]

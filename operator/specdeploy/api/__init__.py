@@ -17,6 +17,7 @@ from specdeploy.api.base import (
 )
 from specdeploy.api.spec import (
     ENGINE_HOME,
+    MAX_NODES,
     AcceptancePolicy,
     Engine,
     EnvVar,
@@ -66,6 +67,7 @@ __all__ = [
     "GPU_RESOURCE",
     "GROUP",
     "KIND",
+    "MAX_NODES",
     "PAIRING_VERIFIED",
     "PLURAL",
     "PROGRESSING",

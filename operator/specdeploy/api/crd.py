@@ -105,6 +105,7 @@ def _printer_columns() -> list[dict[str, Any]]:
         _column("TP", ".status.tensorParallelSize", "integer"),
         _column("Ready", ".status.readyReplicas", "integer"),
         _column("Replicas", ".spec.replicas", "integer", priority=1),
+        _column("Nodes", ".status.plan.nodesPerReplica", "integer", priority=1),
         _column("Acceptance", ".status.acceptance.summary"),
         _column("Status", ".status.conditions[?(@.type=='Ready')].reason", priority=1),
         _column("Age", ".metadata.creationTimestamp", "date"),

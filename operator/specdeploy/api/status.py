@@ -54,6 +54,8 @@ class Plan(ApiModel):
     """The GPU plan for one replica: what was chosen and why."""
 
     tensor_parallel_size: int
+    pipeline_parallel_size: int = 1
+    nodes_per_replica: int = 1
     gpu_product: str | None = None
     gpus_per_replica: int
     gpu_memory_gib: float | None = Field(default=None, alias="gpuMemoryGiB")

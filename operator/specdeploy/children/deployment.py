@@ -127,11 +127,10 @@ def _spread(spec: api.SpeculativeDeploymentSpec, name: str) -> list[dict[str, An
     ]
 
 
-def _strategy(rollout: api.Rollout) -> dict[str, Any]:
+def rolling_update(rollout: api.Rollout) -> dict[str, int]:
     """NoSurge needs no spare GPUs; Surge keeps every replica serving but waits for spare GPUs."""
     surge = rollout.strategy == "Surge"
-    rolling = {"maxSurge": int(surge), "maxUnavailable": int(not surge)}
-    return {"type": "RollingUpdate", "rollingUpdate": rolling}
+    return {"maxSurge": int(surge), "maxUnavailable": int(not surge)}
 
 
 def _merge_affinity(
@@ -216,21 +215,20 @@ def _pod_spec(
     return pod_spec
 
 
-def build_deployment(
+def engine_pod_template(
     name: str,
-    namespace: str,
     spec: api.SpeculativeDeploymentSpec,
     launch: EngineLaunch,
     placement: Placement,
     plan: api.Plan,
-    owner: dict[str, Any] | None = None,
+    extra_labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The engine Deployment for an effective spec (models, TP and engine knobs resolved).
+    """The engine pod template (metadata and spec) of one pod of a replica.
 
-    ``placement`` comes from the GPU plan: GPUs per replica, node requirements, tolerations;
+    ``placement`` comes from the GPU plan: GPUs per pod, node requirements, tolerations;
     ``plan`` sizes CPU, memory, /dev/shm and the cache (``children.sizing``).
     """
-    labels = common_labels(name, spec.engine.name)
+    labels = {**common_labels(name, spec.engine.name), **(extra_labels or {})}
     # The annotations plain Prometheus' kubernetes-pods job scrapes by; spec.podMetadata can
     # override them (prometheus.io/scrape: "false" where a PodMonitor already scrapes).
     scrape = {
@@ -242,10 +240,24 @@ def build_deployment(
         "labels": {**spec.pod_metadata.labels, **labels},
         "annotations": {**scrape, **spec.pod_metadata.annotations},
     }
+    return {"metadata": pod_meta, "spec": _pod_spec(name, spec, launch, placement, plan)}
+
+
+def build_deployment(
+    name: str,
+    namespace: str,
+    spec: api.SpeculativeDeploymentSpec,
+    launch: EngineLaunch,
+    placement: Placement,
+    plan: api.Plan,
+    owner: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The engine Deployment for an effective spec (models, TP and engine knobs resolved) whose
+    replicas each fit on one node."""
     body = {
         "replicas": spec.replicas,
         "selector": {"matchLabels": selector_labels(name)},
-        "strategy": _strategy(spec.rollout),
-        "template": {"metadata": pod_meta, "spec": _pod_spec(name, spec, launch, placement, plan)},
+        "strategy": {"type": "RollingUpdate", "rollingUpdate": rolling_update(spec.rollout)},
+        "template": engine_pod_template(name, spec, launch, placement, plan),
     }
     return child_manifest("apps/v1", "Deployment", name, namespace, spec.engine.name, owner, body)

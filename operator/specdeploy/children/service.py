@@ -7,6 +7,7 @@ from typing import Any
 from specdeploy import api
 from specdeploy.children.deployment import ENGINE_PORT_NAME
 from specdeploy.children.labels import child_manifest, selector_labels
+from specdeploy.children.leaderworkerset import LEADER_SELECTOR
 from specdeploy.engines import EngineLaunch
 
 
@@ -16,15 +17,18 @@ def build_service(
     spec: api.SpeculativeDeploymentSpec,
     launch: EngineLaunch,
     owner: dict[str, Any] | None = None,
+    leaders_only: bool = False,
 ) -> dict[str, Any]:
-    """The Service in front of the engine pods (OpenAI-compatible API and /metrics)."""
+    """The Service in front of the engine pods (OpenAI-compatible API and /metrics); on a
+    multi-node resource, in front of each group's leader, the one pod that serves HTTP."""
     port = {
         "name": ENGINE_PORT_NAME,
         "port": spec.service.port or launch.port,
         "targetPort": launch.port,
         "protocol": "TCP",
     }
-    body = {"type": spec.service.type, "selector": selector_labels(name), "ports": [port]}
+    selector = {**selector_labels(name), **(LEADER_SELECTOR if leaders_only else {})}
+    body = {"type": spec.service.type, "selector": selector, "ports": [port]}
     return child_manifest("v1", "Service", name, namespace, spec.engine.name, owner, body)
 
 

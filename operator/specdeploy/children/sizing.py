@@ -1,14 +1,16 @@
 """CPU, memory and volume sizes of one engine pod, derived from its GPU plan.
 
 Per pod, for ``G`` GPUs and weights ``W`` = verifier + speculator (``plan.weightsGiB`` +
-``plan.speculatorWeightsGiB``), all in GiB and rounded up:
+``plan.speculatorWeightsGiB``), all in GiB and rounded up; a replica on ``N`` nodes has one pod
+per node, each with ``G`` = its GPUs per replica / N, loading ``W / N`` of the weights into its
+GPUs but downloading the whole checkpoint into its own cache:
 
     cpu      = 2 + 2 x G              the API server and the engine's scheduler loop, then per GPU
                                       its worker process (it spins on its CUDA stream) and the
                                       threads beside it (tokenising, detokenising, sampling)
     shm      = min(2 x G, 16)         the RAM-backed /dev/shm: NCCL's host buffers and the
                                       engine's shared-memory queues between its processes
-    memory   = W + shm + 4 + 2 x G    the weights pass through host memory while they load (page
+    memory   = W/N + shm + 4 + 2 x G  the weights pass through host memory while they load (page
                                       cache of the safetensors files, counted against the pod);
                                       /dev/shm is memory the pod is charged for; 4 GiB for the
                                       Python, torch and engine processes; per GPU its worker's
@@ -54,13 +56,14 @@ def _gib(value: float) -> str:
 
 
 def pod_sizing(plan: api.Plan) -> PodSizing:
-    """The sizes of one replica of ``plan`` (module docstring)."""
-    gpus = plan.gpus_per_replica
+    """The sizes of one pod of ``plan`` (module docstring)."""
+    nodes = plan.nodes_per_replica
+    gpus = plan.gpus_per_replica // nodes
     weights = (plan.weights_gib or 0.0) + (plan.speculator_weights_gib or 0.0)
     shm = min(SHM_PER_GPU_GIB * gpus, SHM_MAX_GIB)
     return PodSizing(
         cpu=str(CPU_BASE + CPU_PER_GPU * gpus),
-        memory=_gib(weights + shm + MEMORY_BASE_GIB + MEMORY_PER_GPU_GIB * gpus),
+        memory=_gib(weights / nodes + shm + MEMORY_BASE_GIB + MEMORY_PER_GPU_GIB * gpus),
         shm=_gib(shm),
         cache=_gib(weights * (1 + CACHE_MARGIN) + CACHE_EXTRA_GIB),
     )

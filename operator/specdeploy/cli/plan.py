@@ -123,12 +123,21 @@ def render_text(name: str, outcome: PlanOutcome, inventory: Inventory, notes: Se
     lines += ["", "GPU inventory:", *(f"  {line}" for line in inventory.describe().splitlines())]
     if outcome.alternatives:
         rows = [
-            (str(a.tensor_parallel_size), display_name(a.gpu_product) if a.gpu_product else "-", a.reason)
+            (
+                str(a.nodes),
+                str(a.tensor_parallel_size),
+                str(a.pipeline_parallel_size),
+                display_name(a.gpu_product) if a.gpu_product else "-",
+                a.reason,
+            )
             for a in outcome.alternatives
         ]
-        gpu_width = max(len("GPU"), *(len(row[1]) for row in rows))
-        lines += ["", "Alternatives considered:", f"  TP  {'GPU':<{gpu_width}}  VERDICT"]
-        lines += [f"  {tp:<2}  {gpu:<{gpu_width}}  {verdict}" for tp, gpu, verdict in rows]
+        gpu_width = max(len("GPU"), *(len(row[3]) for row in rows))
+        lines += ["", "Alternatives considered:", f"  NODES  TP  PP  {'GPU':<{gpu_width}}  VERDICT"]
+        lines += [
+            f"  {nodes:<5}  {tp:<2}  {pp:<2}  {gpu:<{gpu_width}}  {verdict}"
+            for nodes, tp, pp, gpu, verdict in rows
+        ]
     return "\n".join(lines)
 
 

@@ -16,7 +16,9 @@ import yaml
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("render", help="print the Deployment and Service for a resource, offline")
+    parser = subparsers.add_parser(
+        "render", help="print the Deployment (or LeaderWorkerSet) and Service for a resource, offline"
+    )
     parser.add_argument("-f", "--filename", required=True, type=Path, help="SpeculativeDeployment YAML")
     parser.add_argument(
         "-n", "--namespace", default=None, help="namespace (default: the file's, else default)"
@@ -64,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: {meta.get('name')}: {result.reason}: {result.message}", file=sys.stderr)
             status = 1
             continue
-        wanted = (result.deployment, result.service, result.disruption_budget)
+        wanted = (result.deployment, result.leader_worker_set, result.service, result.disruption_budget)
         documents += [d for d in wanted if d is not None]
     if documents:
         print(yaml.safe_dump_all(documents, sort_keys=False, width=120), end="")

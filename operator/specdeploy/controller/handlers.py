@@ -36,7 +36,18 @@ ENGINE_POD_SELECTOR = f"{children.MANAGED_BY_LABEL}={children.MANAGED_BY},{child
 # Passes running at shutdown may finish their writes within this, well inside the pod's default
 # 30 s termination grace period; the rest are cancelled (the next leader redoes them).
 SHUTDOWN_GRACE_SECONDS = 10.0
-INDICES = ("resources", "child_deployments", "child_services", "child_budgets", "gpu_nodes", "engine_pods")
+INDICES = (
+    "resources",
+    "child_deployments",
+    "child_leader_worker_sets",
+    "child_services",
+    "child_budgets",
+    "gpu_nodes",
+    "engine_pods",
+)
+LWS_GROUP, LWS_VERSION, LWS_PLURAL = kube.LWS_GROUP, kube.LWS_VERSION, kube.LWS_PLURAL
+LWS_CRD = f"{LWS_PLURAL}.{LWS_GROUP}"
+CRD_GROUP = "apiextensions.k8s.io"
 
 
 @dataclass(frozen=True)
@@ -108,6 +119,9 @@ class IndexView:
 
     def deployment(self, key: Key) -> dict[str, Any] | None:
         return self._object("child_deployments", key)
+
+    def leader_worker_set(self, key: Key) -> dict[str, Any] | None:
+        return self._object("child_leader_worker_sets", key)
 
     def service(self, key: Key) -> dict[str, Any] | None:
         return self._object("child_services", key)
@@ -182,6 +196,11 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorMemo, **_: An
     reconciler = memo.reconciler = Reconciler(
         client, client.post_event, read_secrets=memo.read_secrets, engine_metrics=reader
     )
+    # Before the first pass: a multi-node resource must not be blocked for want of LeaderWorkerSet
+    # only because its CRD's event has not arrived yet.
+    reconciler.leader_worker_sets = await asyncio.get_running_loop().run_in_executor(
+        None, client.serves, LWS_GROUP, LWS_VERSION
+    )
     if memo.election is None:
         _lead(memo)
         return
@@ -241,6 +260,13 @@ async def child_deployments(namespace: str | None, name: str, body: kopf.Body, *
     return {(namespace, name): pack(body)}
 
 
+@kopf.index(LWS_GROUP, LWS_VERSION, LWS_PLURAL, labels=MANAGED)
+async def child_leader_worker_sets(
+    namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[Key, Cached]:
+    return {(namespace, name): pack(body)}
+
+
 @kopf.index("v1", "services", labels=MANAGED)
 async def child_services(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Key, Cached]:
     return {(namespace, name): pack(body)}
@@ -275,6 +301,7 @@ async def on_resource(
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
+@kopf.on.event(LWS_GROUP, LWS_VERSION, LWS_PLURAL, labels=MANAGED)
 @kopf.on.event("v1", "services", labels=MANAGED)
 @kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=MANAGED)
 async def on_child(namespace: str | None, labels: kopf.Labels, memo: OperatorMemo, **kwargs: Any) -> None:
@@ -282,6 +309,18 @@ async def on_child(namespace: str | None, labels: kopf.Labels, memo: OperatorMem
     owner = labels.get(children.INSTANCE_LABEL)
     if owner:
         memo.running().submit((namespace, owner), _view(kwargs))
+
+
+@kopf.on.event(CRD_GROUP, "v1", "customresourcedefinitions", field="metadata.name", value=LWS_CRD)
+async def on_leader_worker_set_crd(
+    event: kopf.RawEvent, body: kopf.Body, memo: OperatorMemo, **kwargs: Any
+) -> None:
+    """LeaderWorkerSet was installed (its CRD established) or removed: multi-node plans follow."""
+    established = any(
+        c.get("type") == "Established" and c.get("status") == "True"
+        for c in (body.get("status") or {}).get("conditions") or []
+    )
+    memo.running().leader_worker_sets_changed(event["type"] != "DELETED" and established, _view(kwargs))
 
 
 @kopf.on.event("v1", "nodes")

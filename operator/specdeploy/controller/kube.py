@@ -22,6 +22,7 @@ APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 EVENT_MESSAGE_LIMIT = 1024
 USER_AGENT = f"specdeploy/{__version__}"
 FIELD_MANAGER = "specdeploy"
+LWS_GROUP, LWS_VERSION, LWS_PLURAL = "leaderworkerset.x-k8s.io", "v1", "leaderworkersets"
 
 log = logging.getLogger(__name__)
 
@@ -115,12 +116,16 @@ class KubeClient:
             "_content_type": APPLY_CONTENT_TYPE,
             "_preload_content": False,
         }
-        patch = {
+        patches: dict[str, Callable[..., Any]] = {
             "Deployment": self.apps.patch_namespaced_deployment,
+            "LeaderWorkerSet": functools.partial(
+                self.custom.patch_namespaced_custom_object, LWS_GROUP, LWS_VERSION, plural=LWS_PLURAL
+            ),
             "Service": self.core.patch_namespaced_service,
             "Job": self.batch.patch_namespaced_job,
             "PodDisruptionBudget": self.policy.patch_namespaced_pod_disruption_budget,
-        }.get(kind)
+        }
+        patch = patches.get(kind)
         if patch is None:
             raise ValueError(f"no apply for kind {kind}")
         try:
@@ -135,6 +140,42 @@ class KubeClient:
             if exc.status in REFUSED_STATUSES or (exc.status == 500 and message.startswith(UNTYPABLE)):
                 raise Refused(f"the apiserver refused the {kind}: {message}") from exc
             raise ApiError(f"apply of {kind} {meta['name']}: {message}") from exc
+
+    def delete(self, manifest: dict[str, Any]) -> None:
+        """Delete the engine child a resource no longer runs (its pods go with it, in the
+        background); one already gone is fine."""
+        meta = manifest["metadata"]
+        deletes: dict[str, Callable[..., Any]] = {
+            "Deployment": self.apps.delete_namespaced_deployment,
+            "LeaderWorkerSet": functools.partial(
+                self.custom.delete_namespaced_custom_object, LWS_GROUP, LWS_VERSION, plural=LWS_PLURAL
+            ),
+        }
+        delete = deletes[manifest["kind"]]
+        try:
+            _discard(
+                delete(
+                    name=meta["name"],
+                    namespace=meta["namespace"],
+                    propagation_policy="Background",
+                    _preload_content=False,
+                )
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise ApiError(
+                    f"delete of {manifest['kind']} {meta['name']}: {refusal_message(exc)}"
+                ) from exc
+
+    def serves(self, group: str, version: str) -> bool:
+        """Whether the apiserver serves ``group/version`` (discovery, one GET)."""
+        try:
+            _discard(self.custom.get_api_resources(group, version, _preload_content=False))
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise ApiError(f"discovery of {group}/{version}: {refusal_message(exc)}") from exc
+        return True
 
     def patch_status(self, key: tuple[str | None, str], status: dict[str, Any]) -> None:
         namespace, name = key

@@ -40,6 +40,8 @@ class ClusterView(Protocol):
 
     def deployment(self, key: Key) -> dict[str, Any] | None: ...
 
+    def leader_worker_set(self, key: Key) -> dict[str, Any] | None: ...
+
     def service(self, key: Key) -> dict[str, Any] | None: ...
 
     def disruption_budget(self, key: Key) -> dict[str, Any] | None: ...
@@ -108,6 +110,9 @@ class Reconciler:
             self._reconcile, concurrency=IO_THREADS, call_later=call_later, on_done=_record
         )
         self.engine_metrics = engine_metrics
+        # Whether the cluster serves LeaderWorkerSet (multi-node replicas): set at startup from
+        # discovery, then kept current by its CRD's events (``leader_worker_sets_changed``).
+        self.leader_worker_sets = False
         self.view: ClusterView | None = None
         self.active = True
         metrics.LEADER.set(1)
@@ -157,6 +162,17 @@ class Reconciler:
 
         await self.engine_metrics.run(lambda: self.view, changed)
 
+    def leader_worker_sets_changed(self, served: bool, view: ClusterView) -> None:
+        """LeaderWorkerSet was installed or removed: the resources that plan several nodes per
+        replica (or waited for it) are reconciled again."""
+        if served == self.leader_worker_sets:
+            return
+        self.leader_worker_sets = served
+        for key in view.resource_keys():
+            resource = view.resource(key)
+            if resource is not None and status.multi_node(resource):
+                self.submit(key, view)
+
     def node_changed(self, name: str, node_view: dict[str, Any] | None, view: ClusterView) -> None:
         """A GPU inventory change may let a waiting resource proceed (NoNodeFits).
 
@@ -205,17 +221,25 @@ class Reconciler:
             self.gpus.inventory,
             self.kube.read_configmap,
             self.kube.read_secret if self.read_secrets else None,
+            self.leader_worker_sets,
         )
         desired = _stamped(desired)
-        deployment = view.deployment(key)
-        service = view.service(key)
+        current = {
+            "Deployment": view.deployment(key),
+            "LeaderWorkerSet": view.leader_worker_set(key),
+            "Service": view.service(key),
+            "PodDisruptionBudget": view.disruption_budget(key),
+        }
         if not desired.blocked:
-            budget = view.disruption_budget(key)
-            current = {"Deployment": deployment, "Service": service, "PodDisruptionBudget": budget}
             desired = await self._apply_children(key, desired, current)
         reading = None if self.engine_metrics is None else self.engine_metrics.reading(key)
         new_status, transitions = status.status_for(
-            body, desired, deployment, view.pods(key), reading, reachable=service is not None
+            body,
+            desired,
+            _engine_set(desired, current),
+            view.pods(key),
+            reading,
+            reachable=current["Service"] is not None,
         )
         metrics.publish_acceptance(key, {**(body.get("status") or {}), **(new_status or {})})
         if new_status is not None:
@@ -242,9 +266,19 @@ class Reconciler:
     ) -> pipeline.Desired:
         """Apply the children that differ from ``current`` (the watched ones, by kind); a child the
         apiserver refuses as written (invalid, denied by a policy, over quota) blocks the resource
-        with that message and a retry."""
-        for manifest in (desired.deployment, desired.service, desired.disruption_budget):
-            if manifest is None:
+        with that message and a retry.
+
+        When the engine pods move between a Deployment and a LeaderWorkerSet (a plan gained or
+        lost nodes), the old child and the Service in front of it stay until the new child has
+        rolled out; then the Service turns to the new pods and the old child is deleted.
+        """
+        engine_set = desired.deployment or desired.leader_worker_set
+        previous = _previous_engine_set(desired, current)
+        switching = previous is not None and not status.rolled_out(
+            desired, current[engine_set["kind"]] if engine_set else None, _replicas(engine_set)
+        )
+        for manifest in (engine_set, desired.service, desired.disruption_budget):
+            if manifest is None or (switching and manifest is desired.service and current["Service"]):
                 continue
             try:
                 await self._apply(key, manifest, current[manifest["kind"]])
@@ -252,6 +286,15 @@ class Reconciler:
                 return dataclasses.replace(
                     desired, blocked=True, reason="ChildRejected", message=str(exc), retry=True
                 )
+        if previous is not None and not switching and not previous["metadata"].get("deletionTimestamp"):
+            log.info(
+                "%s/%s now runs as a %s; deleting its %s",
+                *key,
+                engine_set and engine_set["kind"],
+                previous["kind"],
+            )
+            await self._run(self.kube.delete, previous)
+            metrics.WRITES.labels(previous["kind"]).inc()
         return desired
 
     async def _apply(self, key: Key, want: dict[str, Any], current: dict[str, Any] | None) -> None:
@@ -268,14 +311,43 @@ class Reconciler:
         self.ledger.remember(kind, key, fingerprint, version)
 
 
+def _engine_set(
+    desired: pipeline.Desired, current: dict[str, dict[str, Any] | None]
+) -> dict[str, Any] | None:
+    """The watched child whose pods serve: the one the pass wants (Deployment or
+    LeaderWorkerSet), else (blocked) whichever exists."""
+    if desired.leader_worker_set is not None:
+        return current["LeaderWorkerSet"]
+    if desired.deployment is not None:
+        return current["Deployment"]
+    return current["Deployment"] or current["LeaderWorkerSet"]
+
+
+def _previous_engine_set(
+    desired: pipeline.Desired, current: dict[str, dict[str, Any] | None]
+) -> dict[str, Any] | None:
+    """The watched engine child of the kind the pass no longer wants, if any."""
+    if desired.leader_worker_set is not None:
+        return current["Deployment"]
+    if desired.deployment is not None:
+        return current["LeaderWorkerSet"]
+    return None
+
+
+def _replicas(manifest: dict[str, Any] | None) -> int:
+    return int((manifest or {}).get("spec", {}).get("replicas", 0))
+
+
 def _stamped(desired: pipeline.Desired) -> pipeline.Desired:
     """The children with their hash annotation, computed once for the pass."""
+
     def stamp(manifest: dict[str, Any] | None) -> dict[str, Any] | None:
         return None if manifest is None else diffing.stamped(manifest)
 
     return dataclasses.replace(
         desired,
         deployment=stamp(desired.deployment),
+        leader_worker_set=stamp(desired.leader_worker_set),
         service=stamp(desired.service),
         disruption_budget=stamp(desired.disruption_budget),
     )

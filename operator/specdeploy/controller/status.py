@@ -18,7 +18,7 @@ from specdeploy import acceptance, api
 from specdeploy.api import Acceptance, Condition
 from specdeploy.controller import conditions, diffing
 from specdeploy.controller.pods import PodView, command_digest, first_failure, serving
-from specdeploy.pipeline import Desired
+from specdeploy.pipeline import LWS_MISSING, Desired
 
 
 def _cond(type_: str, status: api.ConditionStatus, reason: str, message: str) -> Condition:
@@ -39,9 +39,16 @@ def _rollout(deployment: dict[str, Any] | None, spec_replicas: int) -> tuple[int
 
 
 def _deployment_matches(result: Desired, deployment: dict[str, Any] | None) -> bool:
-    if deployment is None or result.deployment is None:
+    """Whether the watched engine child (Deployment or LeaderWorkerSet) is the one the pass wants."""
+    wanted = result.deployment or result.leader_worker_set
+    if deployment is None or wanted is None or wanted["kind"] != deployment.get("kind"):
         return False
-    return not diffing.needs_apply(diffing.stamped(result.deployment), deployment)
+    return not diffing.needs_apply(diffing.stamped(wanted), deployment)
+
+
+def rolled_out(result: Desired, engine_set: dict[str, Any] | None, spec_replicas: int) -> bool:
+    """Whether the watched engine child is the wanted one with every replica updated and ready."""
+    return _rollout(engine_set, spec_replicas)[3] and _deployment_matches(result, engine_set)
 
 
 def lifecycle_conditions(
@@ -210,6 +217,14 @@ def status_for(
     patch.update(desired)
     patch["conditions"] = merged
     return patch, transitions
+
+
+def multi_node(body: dict[str, Any]) -> bool:
+    """Whether the resource's stored plan spans several nodes (or waits for LeaderWorkerSet)."""
+    stored = body.get("status") or {}
+    if int((stored.get("plan") or {}).get("nodesPerReplica") or 1) > 1:
+        return True
+    return any(c.get("reason") == LWS_MISSING for c in stored.get("conditions") or [])
 
 
 def waiting_for_gpus(body: dict[str, Any]) -> bool:

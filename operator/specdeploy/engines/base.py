@@ -28,6 +28,13 @@ LIVENESS_PATH = "/health"
 # success, so a generous budget costs nothing on a warm start.
 STARTUP_PERIOD_S = 10
 
+# What LeaderWorkerSet sets in every container of a group: the leader pod's address and the pod's
+# index in the group (0 is the leader). Kubernetes expands ``$(NAME)`` in a command from the
+# container's environment, so one rendered command serves every pod.
+LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"
+WORKER_INDEX = "$(LWS_WORKER_INDEX)"
+LEADER_RANK = "0"
+
 
 @dataclass(frozen=True)
 class FieldError:
@@ -44,7 +51,8 @@ class FieldError:
 class EngineLaunch:
     """Everything ``children.build_deployment`` needs to run one engine container.
 
-    ``command`` is the full argv (it replaces the image entrypoint) with ``spec.engine.args`` last;
+    ``command`` is the full argv (it replaces the image entrypoint) with ``spec.engine.args`` last:
+    on several nodes, the leader's; ``worker_command`` is then the other pods' of the group.
     ``env`` is ``spec.engine.env`` as core/v1 EnvVar dicts; the probes are core/v1 Probe dicts.
     """
 
@@ -55,6 +63,7 @@ class EngineLaunch:
     readiness_probe: dict[str, Any]
     liveness_probe: dict[str, Any]
     env: list[dict[str, str]]
+    worker_command: list[str] | None = None
 
 
 class Engine(Protocol):
@@ -107,6 +116,18 @@ def tensor_parallel_size(spec: api.SpeculativeDeploymentSpec) -> int:
     if not isinstance(tensor, int):
         raise ValueError("parallelism.tensor must be resolved to an integer before rendering")
     return tensor
+
+
+def pipeline_parallel_size(spec: api.SpeculativeDeploymentSpec) -> int:
+    """The resolved pipeline size (1 until the planner splits a replica into stages)."""
+    pipeline = spec.parallelism.pipeline
+    return pipeline if isinstance(pipeline, int) else 1
+
+
+def node_count(spec: api.SpeculativeDeploymentSpec) -> int:
+    """The nodes one replica spans (1 until the planner spreads it over several)."""
+    nodes = spec.parallelism.nodes
+    return nodes if isinstance(nodes, int) else 1
 
 
 def verifier_model(spec: api.SpeculativeDeploymentSpec) -> str:
@@ -164,6 +185,7 @@ def launch(
     command: list[str],
     ready_path: str,
     ready_timeout_s: int,
+    worker_command: list[str] | None = None,
 ) -> EngineLaunch:
     """The launch of ``command``: ``ready_path`` gates startup and traffic, ``/health`` liveness.
 
@@ -184,6 +206,7 @@ def launch(
             LIVENESS_PATH, engine.port, period_s=15, failure_threshold=4, timeout_s=10
         ),
         env=_user_env(spec),
+        worker_command=worker_command,
     )
 
 

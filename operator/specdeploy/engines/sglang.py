@@ -21,11 +21,15 @@ from typing import ClassVar
 from specdeploy import api
 from specdeploy.engines.base import (
     HOST,
+    LEADER_ADDRESS,
+    LEADER_RANK,
+    WORKER_INDEX,
     EngineLaunch,
     FieldError,
     OwnedFlag,
     draft_tp_errors,
     launch,
+    node_count,
     owned_flag_errors,
     speculator,
     tensor_parallel_size,
@@ -64,7 +68,14 @@ OWNED_FLAGS: tuple[OwnedFlag, ...] = (
     OwnedFlag(("--context-length",), "spec.maxModelLen"),
     OwnedFlag(("--served-model-name",), "spec.servedModelName"),
     OwnedFlag(("--enable-metrics",), "nothing: metrics are always on"),
+    OwnedFlag(("--pp-size", "--pipeline-parallel-size"), "spec.parallelism.pipeline"),
+    OwnedFlag(
+        ("--nnodes", "--node-rank", "--dist-init-addr", "--nccl-init-addr"),
+        "spec.parallelism.nodes (the operator renders the multi-node launch)",
+    ),
 )
+# Where the leader's process group listens for the other nodes of a multi-node replica.
+DIST_INIT_PORT = 20000
 # Every option that configures speculation starts so (algorithm, draft, steps, tree, thresholds).
 SPECULATIVE_OPTIONS = ("--speculative-",)
 
@@ -156,11 +167,13 @@ class SglangEngine:
     default_image: ClassVar[str] = DEFAULT_IMAGE
     port: ClassVar[int] = PORT
 
-    def command(self, spec: api.SpeculativeDeploymentSpec) -> list[str]:
+    def command(self, spec: api.SpeculativeDeploymentSpec, node_rank: str = LEADER_RANK) -> list[str]:
         """The argv, in seed 003's order, with ``spec.engine.args`` last.
 
         ``--tp-size`` is spelled out: the seed's ``--tp`` only works through argparse's prefix
-        matching and would break as soon as SGLang adds another ``--tp...`` flag.
+        matching and would break as soon as SGLang adds another ``--tp...`` flag. On several
+        nodes every pod runs the same arguments plus SGLang's multi-node launch (``--nnodes``,
+        its ``--node-rank``, the leader's ``--dist-init-addr``); only rank 0 serves HTTP.
         """
         spec_, draft, _ = speculator(spec)
         steps, topk, draft_tokens = draft_shape(spec)
@@ -188,6 +201,12 @@ class SglangEngine:
         cmd.append("--enable-metrics")
         if spec.verifier is not None and spec.verifier.revision is not None:
             cmd += ["--revision", spec.verifier.revision]
+        if node_count(spec) > 1:
+            cmd += [
+                "--dist-init-addr", f"{LEADER_ADDRESS}:{DIST_INIT_PORT}",
+                "--nnodes", str(node_count(spec)),
+                "--node-rank", node_rank,
+            ]  # fmt: skip
         return cmd + list(spec.engine.args)
 
     def render(self, spec: api.SpeculativeDeploymentSpec) -> EngineLaunch:
@@ -197,7 +216,8 @@ class SglangEngine:
         produce a token. Its timeout exceeds SGLang's own 20 s health-check timeout so the engine,
         not the kubelet, reports a stuck scheduler.
         """
-        return launch(self, spec, self.command(spec), ready_path="/health_generate", ready_timeout_s=30)
+        worker = self.command(spec, WORKER_INDEX) if node_count(spec) > 1 else None
+        return launch(self, spec, self.command(spec), "/health_generate", 30, worker)
 
     def validate(self, spec: api.SpeculativeDeploymentSpec) -> list[FieldError]:
         """Draft shape and memory rules SGLang enforces late (or not at all), plus owned flags."""

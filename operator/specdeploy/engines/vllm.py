@@ -14,12 +14,17 @@ from typing import Any, ClassVar
 from specdeploy import api
 from specdeploy.engines.base import (
     HOST,
+    LEADER_ADDRESS,
+    LEADER_RANK,
+    WORKER_INDEX,
     EngineLaunch,
     FieldError,
     OwnedFlag,
     draft_tp_errors,
     launch,
+    node_count,
     owned_flag_errors,
+    pipeline_parallel_size,
     speculator,
     tensor_parallel_size,
     verifier_model,
@@ -48,6 +53,11 @@ OWNED_FLAGS: tuple[OwnedFlag, ...] = (
         "spec.engine.vllm.enableExpertParallel",
     ),
     OwnedFlag(("--kv-cache-dtype",), "spec.engine.vllm.kvCacheDtype"),
+    OwnedFlag(("--pipeline-parallel-size", "-pp"), "spec.parallelism.pipeline"),
+    OwnedFlag(
+        ("--nnodes", "-n", "--node-rank", "-r", "--master-addr", "--headless"),
+        "spec.parallelism.nodes (the operator renders the multi-node launch)",
+    ),
 )
 # Every option that configures speculation: the rendered one and its aliases.
 SPECULATIVE_OPTIONS = ("--speculative-", "-sc", "--spec-")
@@ -76,8 +86,13 @@ class VllmEngine:
     default_image: ClassVar[str] = DEFAULT_IMAGE
     port: ClassVar[int] = PORT
 
-    def command(self, spec: api.SpeculativeDeploymentSpec) -> list[str]:
-        """The argv: seed 000's flags (``-tp`` spelled out), then the optional ones, ``engine.args`` last."""
+    def command(self, spec: api.SpeculativeDeploymentSpec, node_rank: str = LEADER_RANK) -> list[str]:
+        """The argv: seed 000's flags (``-tp`` spelled out), then the optional ones, ``engine.args`` last.
+
+        On several nodes every pod runs the same engine arguments plus vLLM's multi-node launch
+        (``--nnodes``, its ``--node-rank``, the leader as ``--master-addr``); pods other than the
+        leader run ``--headless``: engine workers without an API server.
+        """
         config = json.dumps(speculative_config(spec), separators=(",", ":"))
         cmd = [
             "vllm", "serve", verifier_model(spec),
@@ -86,6 +101,8 @@ class VllmEngine:
             "--port", str(PORT),
             "--host", HOST,
         ]  # fmt: skip
+        if pipeline_parallel_size(spec) > 1:
+            cmd += ["--pipeline-parallel-size", str(pipeline_parallel_size(spec))]
         if spec.verifier is not None and spec.verifier.revision is not None:
             cmd += ["--revision", spec.verifier.revision]
         if spec.max_model_len is not None:
@@ -99,11 +116,22 @@ class VllmEngine:
             cmd.append("--enable-expert-parallel")
         if options is not None and options.kv_cache_dtype is not None:
             cmd += ["--kv-cache-dtype", options.kv_cache_dtype]
+        if node_count(spec) > 1:
+            cmd += [
+                "--nnodes",
+                str(node_count(spec)),
+                "--node-rank",
+                node_rank,
+                "--master-addr",
+                LEADER_ADDRESS,
+            ]
+            cmd += ["--headless"] if node_rank != LEADER_RANK else []
         return cmd + list(spec.engine.args)
 
     def render(self, spec: api.SpeculativeDeploymentSpec) -> EngineLaunch:
         """vLLM's ``/health`` answers 200 once the engine serves and 503 when it is dead or draining."""
-        return launch(self, spec, self.command(spec), ready_path="/health", ready_timeout_s=5)
+        worker = self.command(spec, WORKER_INDEX) if node_count(spec) > 1 else None
+        return launch(self, spec, self.command(spec), "/health", 5, worker)
 
     def validate(self, spec: api.SpeculativeDeploymentSpec) -> list[FieldError]:
         """vLLM runs the draft at TP 1 or the verifier's TP; operator-owned flags stay out of args."""

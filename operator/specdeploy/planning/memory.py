@@ -1,16 +1,20 @@
 """The memory model of one replica: what each GPU must hold at a tensor-parallel size.
 
-Memory model, per GPU of a replica at tensor-parallel size TP (all sizes in GiB = 2**30 bytes):
+Memory model, per GPU of a replica at tensor-parallel size TP and PP pipeline stages (all sizes
+in GiB = 2**30 bytes):
 
-    weights / TP                      verifier weights; embeddings and lm_head are sharded too
-  + speculator / draft TP             the whole draft sits on rank 0 when its TP is 1
+    weights / (TP x PP)               verifier weights; embeddings and lm_head are sharded too,
+                                      layers split evenly over the stages
+  + speculator / draft TP             the whole draft sits on rank 0 when its TP is 1, and on
+                                      the last pipeline stage (the one that samples)
   + KV cache per token x tokens       tokens = maxModelLen x minConcurrentSequences
   + 2 GiB runtime reserve             CUDA context, cuBLAS/NCCL workspaces, CUDA graphs,
                                       activation peak of the engine's profiling run
   <= GPU memory x gpuMemoryUtilization
 
-KV cache per token and GPU = layers x ceil(KV heads / TP) x head dim x 2 (K and V) x dtype bytes,
-for the verifier plus the draft's own layers (KV heads are replicated once TP exceeds them).
+KV cache per token and GPU = layers of the stage (ceil(layers / PP)) x ceil(KV heads / TP) x
+head dim x 2 (K and V) x dtype bytes, for the verifier plus the draft's own layers (KV heads are
+replicated once TP exceeds them). The last stage, which holds the draft, is the one sized.
 Verifier weights are the safetensors total when known, else parameters x bytes per parameter
 computed from config.json (see ``parameter_count``).
 """
@@ -70,18 +74,19 @@ class MemoryEstimate:
     def tokens(self) -> int:
         return self.max_model_len * self.sequences
 
-    def kv_bytes_per_token(self, tp: int, draft_tp: int) -> int:
-        """KV cache bytes per token on the most loaded GPU (rank 0, which holds a TP-1 draft)."""
-        per_token = _kv_per_token(self.verifier, tp, self.kv_dtype_bytes)
+    def kv_bytes_per_token(self, tp: int, draft_tp: int, pp: int = 1) -> int:
+        """KV cache bytes per token on the most loaded GPU (rank 0 of the last stage, which holds
+        a TP-1 draft)."""
+        per_token = _kv_per_token(self.verifier, tp, self.kv_dtype_bytes, pp)
         if self.speculator is not None:
             per_token += _kv_per_token(self.speculator, draft_tp, self.kv_dtype_bytes)
         return per_token
 
-    def per_gpu(self, tp: int, draft_tp: int) -> PerGpu:
+    def per_gpu(self, tp: int, draft_tp: int, pp: int = 1) -> PerGpu:
         return PerGpu(
-            weights=self.weights_bytes / tp / GIB,
+            weights=self.weights_bytes / (tp * pp) / GIB,
             speculator=self.speculator_bytes / draft_tp / GIB,
-            kv_cache=self.kv_bytes_per_token(tp, draft_tp) * self.tokens / GIB,
+            kv_cache=self.kv_bytes_per_token(tp, draft_tp, pp) * self.tokens / GIB,
             reserve=self.reserve_gib,
         )
 
@@ -93,13 +98,14 @@ class MemoryEstimate:
             draft = _kv_per_token(self.speculator, draft_tp, self.kv_dtype_bytes) * draft_tp
         return (verifier + draft) * self.tokens / GIB
 
-    def min_gpu_gib(self, tp: int, draft_tp: int) -> float:
+    def min_gpu_gib(self, tp: int, draft_tp: int, pp: int = 1) -> float:
         """The smallest GPU memory that holds one shard at this utilisation."""
-        return self.per_gpu(tp, draft_tp).total / self.utilization
+        return self.per_gpu(tp, draft_tp, pp).total / self.utilization
 
 
-def _kv_per_token(shape: ModelShape, tp: int, dtype_bytes: int) -> int:
-    return shape.num_layers * math.ceil(shape.num_kv_heads / tp) * shape.head_dim * 2 * dtype_bytes
+def _kv_per_token(shape: ModelShape, tp: int, dtype_bytes: int, pp: int = 1) -> int:
+    layers = math.ceil(shape.num_layers / pp)
+    return layers * math.ceil(shape.num_kv_heads / tp) * shape.head_dim * 2 * dtype_bytes
 
 
 def kv_cache_dtype_bytes(spec: api.SpeculativeDeploymentSpec) -> int:

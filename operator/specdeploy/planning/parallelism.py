@@ -6,6 +6,8 @@ reports them on the fields a user set.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from specdeploy import api
 from specdeploy.planning.shape import ModelShape
 
@@ -75,3 +77,38 @@ def draft_tp_violation(spec: api.SpeculativeDeploymentSpec, tp: int) -> str | No
 def draft_tensor_parallel_size(spec: api.SpeculativeDeploymentSpec, tp: int) -> int:
     """The draft's TP: the user's value, else the verifier's (both engines' default)."""
     return explicit_draft_tp(spec) or tp
+
+
+# The vLLM decoders that pass EAGLE-3's auxiliary hidden states from one pipeline stage to the
+# next (``supports_aux_hidden_states_over_pp`` in vLLM's model code: Llama, and Qwen2, whose model
+# Qwen3's dense one extends); vLLM refuses EAGLE-3 over pipeline stages for any other verifier.
+VLLM_EAGLE3_PIPELINE_ARCHITECTURES = frozenset({"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"})
+
+
+def pipeline_capable(engine: api.EngineName, architectures: Sequence[str]) -> bool:
+    """Whether ``engine`` runs an EAGLE-3 draft beside this verifier split into pipeline stages.
+
+    vLLM keeps the draft on the last stage and relays the verifier's auxiliary hidden states to
+    it. SGLang's documented multi-node form spans the nodes with tensor parallelism, so it is
+    planned that way.
+    """
+    return engine == "vllm" and any(a in VLLM_EAGLE3_PIPELINE_ARCHITECTURES for a in architectures)
+
+
+def pipeline_violation(
+    engine: api.EngineName, architectures: Sequence[str], pipeline: int, nodes: int, model: str
+) -> str | None:
+    """Why a replica cannot run ``pipeline`` stages over ``nodes`` nodes (None when it can)."""
+    if pipeline == 1:
+        return None
+    if pipeline != nodes:
+        return f"pipeline size {pipeline} must be 1 or the replica's {nodes} nodes (one stage per node)"
+    if pipeline_capable(engine, architectures):
+        return None
+    if engine == "sglang":
+        return "SGLang spans nodes with tensor parallelism: set parallelism.pipeline to 1"
+    named = ", ".join(architectures) or "an unknown architecture"
+    return (
+        f"vLLM runs EAGLE-3 across pipeline stages only for Llama, Qwen2 and Qwen3 dense verifiers, "
+        f"not {named} ({model}): set parallelism.pipeline to 1"
+    )

@@ -33,6 +33,8 @@ from specdeploy.planning.memory import MemoryEstimate, PerGpu, estimate_memory
 from specdeploy.planning.parallelism import (
     draft_tensor_parallel_size,
     draft_tp_violation,
+    pipeline_capable,
+    pipeline_violation,
     tensor_parallel_violations,
 )
 from specdeploy.planning.shape import (
@@ -64,13 +66,41 @@ class Reason(StrEnum):
 
 
 @dataclass(frozen=True)
+class Layout:
+    """How one replica is split: tensor parallelism within (or across) nodes, pipeline stages
+    across them, and the nodes it spans."""
+
+    tensor: int
+    pipeline: int = 1
+    nodes: int = 1
+
+    @property
+    def gpus(self) -> int:
+        return self.tensor * self.pipeline
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.gpus // self.nodes
+
+    def describe(self) -> str:
+        """How the GPUs of one replica are split, in words."""
+        if self.nodes == 1:
+            return f"tensor {self.tensor}"
+        if self.pipeline > 1:
+            return f"tensor {self.tensor} within each node, pipeline {self.pipeline} across the nodes"
+        return f"tensor {self.tensor} across the nodes"
+
+
+@dataclass(frozen=True)
 class Alternative:
-    """One (product, TP) option the planner weighed, and its verdict."""
+    """One (product, layout) option the planner weighed, and its verdict."""
 
     tensor_parallel_size: int
     gpu_product: str | None
     fits: bool
     reason: str
+    pipeline_parallel_size: int = 1
+    nodes: int = 1
 
 
 @dataclass(frozen=True)
@@ -102,23 +132,29 @@ def _largest_node(nodes: Sequence[GpuNode]) -> GpuNode | None:
     return max(nodes, key=lambda n: (n.gpus * (n.memory_mib or 0), n.gpus, n.product))
 
 
-def _fails_on(cap: ProductCapacity, tp: int, draft_tp: int, estimate: MemoryEstimate) -> str | None:
-    """Why one replica at ``tp`` does not fit a node of this product, or None when it does."""
-    if cap.max_gpus_per_node < tp:
-        return f"needs {tp} GPUs on one node; at most {cap.max_gpus_per_node} allocatable"
+def _fails_on(cap: ProductCapacity, layout: Layout, draft_tp: int, estimate: MemoryEstimate) -> str | None:
+    """Why one replica in ``layout`` does not fit nodes of this product, or None when it does."""
+    if cap.max_gpus_per_node < layout.gpus_per_node:
+        where = "one node" if layout.nodes == 1 else f"each of {layout.nodes} nodes"
+        return f"needs {layout.gpus_per_node} GPUs on {where}; at most {cap.max_gpus_per_node} allocatable"
     if cap.memory_gib is None:
         return f"GPU memory unknown (no {MEMORY_LABEL} label and not in the built-in table)"
-    per_gpu = estimate.per_gpu(tp, draft_tp)
+    per_gpu = estimate.per_gpu(layout.tensor, draft_tp, layout.pipeline)
     usable = cap.memory_gib * estimate.utilization
     if per_gpu.total > usable:
         return f"needs {_gib(per_gpu.total)} per GPU ({_breakdown(per_gpu)}); {_gib(usable)} usable"
     return None
 
 
-def _preference(cap: ProductCapacity, tp: int, fp8_checkpoint: bool) -> tuple[int, bool, int, str]:
+# How the planner ranks fitting options: the smallest tuple wins.
+_Rank = tuple[int | str, ...]
+
+
+def _preference(cap: ProductCapacity, layout: Layout, verifier: ModelInfo) -> _Rank:
     """Fewest GPUs per replica, then native FP8 for FP8 checkpoints, then the smallest GPU that fits."""
+    fp8_checkpoint = bool(fp8_block_sizes(verifier.config)) or bytes_per_parameter(verifier.config) == 1.0
     native_fp8 = cap.gpu_type.fp8 if cap.gpu_type else False
-    return (tp, fp8_checkpoint and not native_fp8, cap.memory_mib or 0, cap.product)
+    return (layout.gpus, int(fp8_checkpoint and not native_fp8), cap.memory_mib or 0, cap.product)
 
 
 class _Refused(Exception):
@@ -155,6 +191,8 @@ def plan(
         shardable = _shardable(spec, verifier, speculator, estimate)
         capacities, nodes = _candidates(spec, inventory, estimate, shardable)
         outcome = _choose(spec, verifier, estimate, shardable, capacities, nodes)
+        if not outcome.fits and spec.parallelism.nodes != 1:
+            outcome = _choose_nodes(spec, verifier, speculator, estimate, capacities, inventory, outcome)
     except _Refused as refused:
         outcome = refused.outcome
     return _with_unlabelled_nodes(outcome, inventory)
@@ -212,20 +250,12 @@ def _shardable(
     estimate: MemoryEstimate,
 ) -> _Shardable:
     """The sizes to try (the explicit one, else AUTO_TENSOR_SIZES) that verifier and draft shard into."""
-    fp8_blocks = fp8_block_sizes(verifier.config)
     explicit = _explicit_tp(spec)
     shardable = _Shardable([], [])
     draft_only = False
     for tp in (explicit,) if explicit is not None else AUTO_TENSOR_SIZES:
-        problems = tensor_parallel_violations(estimate.verifier, tp, fp8_blocks, verifier.model_id)
-        draft_problem = draft_tp_violation(spec, tp)
-        if draft_problem is not None:
-            draft_only = draft_only or not problems
-            problems.append(draft_problem)
-        elif speculator is not None and estimate.speculator is not None:
-            problems += tensor_parallel_violations(
-                estimate.speculator, draft_tensor_parallel_size(spec, tp), (), speculator.model_id
-            )
+        problems, draft_problem = _tp_problems(spec, verifier, speculator, estimate, tp)
+        draft_only = draft_only or (draft_problem and len(problems) == 1)
         if problems:
             shardable.rejected.append(Alternative(tp, None, False, "; ".join(problems)))
         else:
@@ -243,6 +273,27 @@ def _shardable(
         )
     )
     raise _Refused(PlanOutcome(False, reason, message, None, tuple(alternatives), estimate))
+
+
+def _tp_problems(
+    spec: api.SpeculativeDeploymentSpec,
+    verifier: ModelInfo,
+    speculator: ModelInfo | None,
+    estimate: MemoryEstimate,
+    tp: int,
+) -> tuple[list[str], bool]:
+    """Why verifier and draft cannot be sharded ``tp`` ways, and whether the draft's TP is one reason."""
+    problems = tensor_parallel_violations(
+        estimate.verifier, tp, fp8_block_sizes(verifier.config), verifier.model_id
+    )
+    draft_problem = draft_tp_violation(spec, tp)
+    if draft_problem is not None:
+        problems.append(draft_problem)
+    elif speculator is not None and estimate.speculator is not None:
+        problems += tensor_parallel_violations(
+            estimate.speculator, draft_tensor_parallel_size(spec, tp), (), speculator.model_id
+        )
+    return problems, draft_problem is not None
 
 
 def _candidates(
@@ -284,17 +335,31 @@ def _choose(
     capacities: Sequence[ProductCapacity],
     nodes: Sequence[GpuNode],
 ) -> PlanOutcome:
-    """Weigh every product at each shardable size (the smallest that fits) and take the preferred."""
-    fp8_checkpoint = bool(fp8_block_sizes(verifier.config)) or bytes_per_parameter(verifier.config) == 1.0
+    """Weigh every product at each shardable size (the smallest that fits on one node) and take the
+    preferred. A spec that asks for several nodes or pipeline stages is weighed by ``_choose_nodes``."""
     alternatives = list(shardable.rejected)
-    fitting: list[tuple[tuple[int, bool, int, str], ProductCapacity, int]] = []
-    for cap in capacities:
+    fitting: list[tuple[_Rank, ProductCapacity, Layout]] = []
+    one_node = spec.parallelism.nodes in ("auto", 1) and spec.parallelism.pipeline in ("auto", 1)
+    for cap in capacities if one_node else ():
         for tp in shardable.sizes:
-            problem = _fails_on(cap, tp, draft_tensor_parallel_size(spec, tp), estimate)
+            layout = Layout(tp)
+            problem = _fails_on(cap, layout, draft_tensor_parallel_size(spec, tp), estimate)
             alternatives.append(Alternative(tp, cap.product, problem is None, problem or "fits"))
             if problem is None:
-                fitting.append((_preference(cap, tp, fp8_checkpoint), cap, tp))
+                fitting.append((_preference(cap, layout, verifier), cap, layout))
                 break
+    return _chosen(spec, estimate, shardable.sizes, nodes, alternatives, fitting)
+
+
+def _chosen(
+    spec: api.SpeculativeDeploymentSpec,
+    estimate: MemoryEstimate,
+    sizes: Sequence[int],
+    nodes: Sequence[GpuNode],
+    alternatives: list[Alternative],
+    fitting: list[tuple[_Rank, ProductCapacity, Layout]],
+) -> PlanOutcome:
+    """The preferred fitting option as a plan, else NoNodeFits naming the shape that would fit."""
     if not fitting:
         largest = _largest_node(nodes)
         where = (
@@ -302,30 +367,117 @@ def _choose(
             if largest
             else f"no schedulable node has allocatable {GPU_RESOURCE}"
         )
-        message = f"{_no_fit_need(estimate, spec, shardable.sizes, nodes)}; {where}"
+        message = f"{_no_fit_need(estimate, spec, sizes, nodes)}; {where}"
         return PlanOutcome(False, Reason.NO_NODE_FITS, message, None, tuple(alternatives), estimate)
-    _, cap, tp = min(fitting, key=lambda item: item[0])
+    _, cap, layout = min(fitting, key=lambda item: item[0])
     alternatives = [
         replace(alt, reason="chosen" if alt.gpu_product == cap.product else "fits; not preferred")
         if alt.fits
         else alt
         for alt in alternatives
     ]
-    result = _plan_for(spec, estimate, cap, tp)
+    result = _plan_for(spec, estimate, cap, layout)
     return PlanOutcome(True, Reason.PLANNED, result.reason, result, tuple(alternatives), estimate)
 
 
+def _choose_nodes(
+    spec: api.SpeculativeDeploymentSpec,
+    verifier: ModelInfo,
+    speculator: ModelInfo | None,
+    estimate: MemoryEstimate,
+    capacities: Sequence[ProductCapacity],
+    inventory: Inventory,
+    one_node: PlanOutcome,
+) -> PlanOutcome:
+    """Replicas spanning several identical nodes, when none fits on one (or the spec asks for it).
+
+    Per product, the fewest nodes (2 to MAX_NODES, or the count set) whose layout shards, fits in
+    memory and has that many nodes in the cluster; then, across products, the fewest nodes, the
+    fewest GPUs, native FP8 and the smallest GPU, as on one node. Without any, the one-node answer
+    stands, with these alternatives added.
+    """
+    wanted, stages = spec.parallelism.nodes, spec.parallelism.pipeline
+    counts: Sequence[int] = range(2, api.MAX_NODES + 1)
+    if isinstance(wanted, int) or (isinstance(stages, int) and stages > 1):
+        counts = (wanted if isinstance(wanted, int) else int(stages),)
+    architectures = tuple(verifier.config.get("architectures") or ())
+    alternatives = list(one_node.alternatives)
+    fitting: list[tuple[_Rank, ProductCapacity, Layout]] = []
+    short: list[str] = []
+    for cap in capacities:
+        for count in counts:
+            layout = _layout(spec, architectures, cap, count)
+            problems, _ = _tp_problems(spec, verifier, speculator, estimate, layout.tensor)
+            split = pipeline_violation(
+                spec.engine.name, architectures, layout.pipeline, count, verifier.model_id
+            )
+            problems += [split] if split else []
+            if layout.gpus % count:
+                problems.append(f"{layout.gpus} GPUs do not split evenly over {count} nodes")
+            present = sum(1 for n in inventory.nodes_of(cap.product) if n.gpus >= layout.gpus_per_node)
+            problem = "; ".join(problems) or _fails_on(
+                cap, layout, draft_tensor_parallel_size(spec, layout.tensor), estimate
+            )
+            if problem is None and present < count:
+                problem = (
+                    f"needs {count} nodes with {layout.gpus_per_node} allocatable {cap.display} GPUs "
+                    f"({layout.describe()}); the cluster has {present}"
+                )
+                short.append(problem)
+            alternatives.append(
+                Alternative(
+                    layout.tensor, cap.product, problem is None, problem or "fits", layout.pipeline, count
+                )
+            )
+            if problem is None:
+                fitting.append(((count, *_preference(cap, layout, verifier)), cap, layout))
+            if problem is None or short[-1:] == [problem]:
+                break
+    if not fitting:
+        if len(counts) == 1:
+            message = (
+                "; ".join(a.reason for a in alternatives[len(one_node.alternatives) :]) or one_node.message
+            )
+        else:
+            message = "; or ".join([one_node.message, *short])
+        return replace(one_node, message=message, alternatives=tuple(alternatives))
+    return _chosen(spec, estimate, (), (), alternatives, fitting)
+
+
+def _layout(
+    spec: api.SpeculativeDeploymentSpec, architectures: Sequence[str], cap: ProductCapacity, count: int
+) -> Layout:
+    """The split of a replica over ``count`` nodes of ``cap``: one pipeline stage per node with
+    tensor parallelism inside it where the engine runs EAGLE-3 that way, else tensor parallelism
+    across all the nodes; an explicit tensor or pipeline size is kept as set."""
+    per_node = max((size for size in AUTO_TENSOR_SIZES if size <= cap.max_gpus_per_node), default=1)
+    tensor = _explicit_tp(spec)
+    pipeline = spec.parallelism.pipeline
+    if pipeline == "auto":
+        fits_a_node = tensor is None or tensor <= cap.max_gpus_per_node
+        staged = pipeline_capable(spec.engine.name, architectures) and fits_a_node
+        pipeline = count if staged else 1
+    if pipeline == count:
+        return Layout(tensor or per_node, pipeline, count)
+    return Layout(tensor or per_node * count, pipeline, count)
+
+
 def _plan_for(
-    spec: api.SpeculativeDeploymentSpec, estimate: MemoryEstimate, cap: ProductCapacity, tp: int
+    spec: api.SpeculativeDeploymentSpec, estimate: MemoryEstimate, cap: ProductCapacity, layout: Layout
 ) -> api.Plan:
     """The chosen plan, with the sizes behind it and a reason a user can check by hand."""
+    tp, pp = layout.tensor, layout.pipeline
     draft_tp = draft_tensor_parallel_size(spec, tp)
-    per_gpu = estimate.per_gpu(tp, draft_tp)
-    how = (
-        f"tensor {tp} as set"
-        if _explicit_tp(spec) is not None
-        else f"tensor auto: {tp} is the smallest size in {_AUTO_SIZES} that shards and fits"
-    )
+    per_gpu = estimate.per_gpu(tp, draft_tp, pp)
+    if layout.nodes > 1:
+        split = f"{layout.gpus_per_node} GPUs each, {layout.describe()}"
+        how = f"nodes {layout.nodes} as set ({split})"
+        if not isinstance(spec.parallelism.nodes, int):
+            how = f"nodes auto: no one node holds a replica, {layout.nodes} is the fewest that do ({split})"
+    elif _explicit_tp(spec) is not None:
+        how = f"tensor {tp} as set"
+    else:
+        how = f"tensor auto: {tp} is the smallest size in {_AUTO_SIZES} that shards and fits"
     choice = (
         f"{cap.display} as set"
         if spec.parallelism.gpu_product
@@ -337,8 +489,10 @@ def _plan_for(
     )
     return api.Plan(
         tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        nodes_per_replica=layout.nodes,
         gpu_product=cap.product,
-        gpus_per_replica=tp,
+        gpus_per_replica=layout.gpus,
         gpu_memory_gib=round(cap.memory_gib or 0.0, 2),
         weights_gib=round(estimate.weights_bytes / GIB, 2),
         speculator_weights_gib=(
@@ -384,7 +538,8 @@ class Placement:
 
 
 def placement(plan: api.Plan, inventory: Inventory | None = None) -> Placement:
-    """The plan's GPUs per replica, its GPU product as a node requirement, the GPU toleration.
+    """The plan's GPUs per pod (per replica, over its nodes), its GPU product as a node
+    requirement, the GPU toleration.
 
     The product is pinned with the label that named it on the inventory's nodes (GPU feature
     discovery's, a cloud accelerator label or the instance type) and every value of that label
@@ -398,7 +553,7 @@ def placement(plan: api.Plan, inventory: Inventory | None = None) -> Placement:
         values = label_values(key, plan.gpu_product) or (plan.gpu_product,)
         requirements.append({"key": key, "operator": "In", "values": list(values)})
     return Placement(
-        gpus=plan.gpus_per_replica,
+        gpus=plan.gpus_per_replica // plan.nodes_per_replica,
         node_requirements=tuple(requirements),
         tolerations=(dict(GPU_TOLERATION),),
     )
