@@ -18,6 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from specdeploy.sandbox.cluster import Sandbox
+from specdeploy.sandbox.operator_process import LocalOperator
 
 T = TypeVar("T")
 
@@ -150,3 +151,30 @@ def metric_samples(url: str, name: str) -> list[tuple[dict[str, str], float]]:
         for sample in family.samples
         if sample.name == name
     ]
+
+
+def reconciles(operator: LocalOperator, outcome: str = "") -> float:
+    """The operator's reconcile counter (from its /metrics), for one outcome or all of them."""
+    counts = metric_samples(operator.metrics_url, "specdeploy_reconciles_total")
+    return sum(value for labels, value in counts if not outcome or labels["outcome"] == outcome)
+
+
+class RoseThenQuiet:
+    """A wait_for predicate: true once ``read()`` rose by ``at_least`` and then stayed put for ``quiet`` s.
+
+    Stopping as soon as the counter rises would end a window while reconciles caused by the same
+    events (the controllers' own status updates after them) may still be coming; a quiet period
+    after the rise lets every one of them finish inside it.
+    """
+
+    def __init__(self, read: Callable[[], float], at_least: float, quiet: float) -> None:
+        self.read, self.at_least, self.quiet = read, at_least, quiet
+        self.start = self.last = read()
+        self.changed = time.monotonic()
+
+    def __call__(self) -> bool:
+        now = self.read()
+        if now != self.last:
+            # Timed from when the change is seen, so the quiet period is never shorter than asked.
+            self.last, self.changed = now, time.monotonic()
+        return now - self.start >= self.at_least and time.monotonic() - self.changed >= self.quiet

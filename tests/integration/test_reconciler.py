@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 import yaml
 
-from clusterlib import Cluster, Kubectl, WaitFor, metric_samples, operator_writes
+from clusterlib import Cluster, Kubectl, RoseThenQuiet, WaitFor, operator_writes, reconciles
 from sdeplib import EXAMPLE, apply, condition, container, get, ready
 from specdeploy.sandbox.operator_process import LocalOperator
 
@@ -241,33 +240,6 @@ def test_invalid_resources_are_rejected_naming_the_field(
     assert "qwen3-30b-a3b-eagle3" not in kubectl("get", "sdep", namespace=namespace)
 
 
-def _reconciles(operator: LocalOperator, outcome: str = "") -> float:
-    """The operator's reconcile counter (from its /metrics), for one outcome or all of them."""
-    counts = metric_samples(operator.metrics_url, "specdeploy_reconciles_total")
-    return sum(value for labels, value in counts if not outcome or labels["outcome"] == outcome)
-
-
-class _RoseThenQuiet:
-    """A wait_for predicate: true once ``read()`` rose by ``at_least`` and then stayed put for ``quiet`` s.
-
-    Stopping as soon as the counter rises would end a window while reconciles caused by the same
-    events (the controllers' own status updates after them) may still be coming; a quiet period
-    after the rise lets every one of them finish inside it.
-    """
-
-    def __init__(self, read: Callable[[], float], at_least: float, quiet: float) -> None:
-        self.read, self.at_least, self.quiet = read, at_least, quiet
-        self.start = self.last = read()
-        self.changed = time.monotonic()
-
-    def __call__(self) -> bool:
-        now = self.read()
-        if now != self.last:
-            # Timed from when the change is seen, so the quiet period is never shorter than asked.
-            self.last, self.changed = now, time.monotonic()
-        return now - self.start >= self.at_least and time.monotonic() - self.changed >= self.quiet
-
-
 def _events_of(kubectl: Kubectl, namespace: str, name: str) -> list[str]:
     selector = f"involvedObject.kind=SpeculativeDeployment,involvedObject.name={name}"
     return [e["reason"] for e in get(kubectl, namespace, "events", "--field-selector", selector)["items"]]
@@ -298,12 +270,12 @@ def test_unchanged_resource_reconciles_with_zero_writes(
     apply(kubectl, namespace, example())
     wait_for(lambda: _settled(kubectl, namespace, "qwen3-30b-a3b-eagle3"), 90, "the rollout to complete")
     # A RolloutComplete event may still follow a Ready one posted by an earlier pass.
-    posted = _RoseThenQuiet(lambda: len(_events_of(kubectl, namespace, "qwen3-30b-a3b-eagle3")), 0, 2.0)
+    posted = RoseThenQuiet(lambda: len(_events_of(kubectl, namespace, "qwen3-30b-a3b-eagle3")), 0, 2.0)
     wait_for(posted, 30, "no new event for 2 s")
     # The filter below sees the writes that made the resource, so an empty result later means something.
     assert operator_writes(cluster.audit_log, namespace, created), "the audit log shows no operator write"
     mark = cluster.audit_log.stat().st_size
-    reconciled = _RoseThenQuiet(lambda: _reconciles(operator), at_least=3, quiet=3.0)
+    reconciled = RoseThenQuiet(lambda: reconciles(operator), at_least=3, quiet=3.0)
     # Three events that each make the operator reconcile an unchanged resource: a label on the
     # resource, and a label on each child (the children's watch triggers the parent). Labels,
     # not annotations: a Deployment's generation moves with its annotations, which is a real
@@ -330,7 +302,7 @@ def test_a_refused_child_is_a_condition_and_retried_until_it_is_admitted(
         "spec": {"hard": {"services": "0"}},
     }
     kubectl("apply", "-f", "-", input=json.dumps(quota), namespace=namespace)
-    retries_before = _reconciles(operator, "retry")
+    retries_before = reconciles(operator, "retry")
     apply(kubectl, namespace, example())
 
     def refused() -> dict[str, Any] | None:
@@ -340,7 +312,7 @@ def test_a_refused_child_is_a_condition_and_retried_until_it_is_admitted(
     cond = wait_for(refused, 30, "Degraded=True ChildRejected")
     assert cond["status"] == "True"
     assert "the apiserver refused the Service" in cond["message"] and "exceeded quota" in cond["message"]
-    wait_for(lambda: _reconciles(operator, "retry") > retries_before, 30, "a pass counted as retry")
+    wait_for(lambda: reconciles(operator, "retry") > retries_before, 30, "a pass counted as retry")
     assert kubectl.run("get", "service", "qwen3-30b-a3b-eagle3", namespace=namespace).returncode != 0
     assert operator.process.poll() is None
     kubectl("delete", "resourcequota", "no-services", namespace=namespace)

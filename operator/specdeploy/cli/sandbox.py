@@ -50,7 +50,7 @@ def register(subparsers: Any) -> None:
     down.set_defaults(func=_down)
 
     build = verbs.add_parser(
-        "build", help="build (or find cached) the control-plane binaries, kubectl and helm"
+        "build", help="build (or find cached) the control-plane binaries, LeaderWorkerSet, kubectl and helm"
     )
     build.set_defaults(func=_build)
 
@@ -125,16 +125,23 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from specdeploy.sandbox.binaries import BuildError, ensure_binaries, ensure_helm, ensure_kubectl
+    from specdeploy.sandbox.binaries import (
+        BuildError,
+        ensure_binaries,
+        ensure_helm,
+        ensure_kubectl,
+        ensure_lws,
+    )
 
     try:
         bins = ensure_binaries()
+        lws = ensure_lws()
         kubectl = ensure_kubectl()
         helm = ensure_helm()
     except BuildError as exc:
         print(f"specdeploy: cannot build the sandbox binaries: {exc}", file=sys.stderr)
         return EXIT_BUILD_FAILED
-    for path in (*vars(bins).values(), kubectl, helm):
+    for path in (*vars(bins).values(), lws.manager, kubectl, helm):
         print(path)
     return 0
 

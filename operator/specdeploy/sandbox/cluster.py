@@ -35,6 +35,7 @@ from specdeploy.sandbox import (
     binaries,
     control_plane,
     engine_stack,
+    lws,
     model_hub,
     nodes,
     pki,
@@ -197,6 +198,7 @@ class Sandbox:
                 self._stop(timeout=15.0)
             specs = nodes.load_node_specs(nodes_file, engine_nodes)
             bins = binaries.ensure_binaries()
+            lws_build = binaries.ensure_lws()
             stack = _engine_stack(log) if any(spec.engine for spec in specs) else None
             started = time.monotonic()  # builds and installs (if any) reported their own progress
             all_runtimes = {
@@ -205,7 +207,7 @@ class Sandbox:
                 **(runtimes or {}),
             }
             try:
-                self._start(bins, specs, timeout, log, all_runtimes, stack)
+                self._start(bins, lws_build, specs, timeout, log, all_runtimes, stack)
                 if owner_pid is not None:
                     self._start_watchdog(owner_pid)
             except BaseException:
@@ -216,6 +218,7 @@ class Sandbox:
     def _start(
         self,
         bins: binaries.Binaries,
+        lws_build: binaries.LwsBuild,
         specs: list[nodes.NodeSpec],
         timeout: float,
         log: TextIO,
@@ -227,10 +230,11 @@ class Sandbox:
         self.logs.mkdir(parents=True, exist_ok=True)
         keys = pki.generate(self.pki.ca_cert.parent)
         engine_specs = [spec for spec in specs if spec.engine]
-        picked = free_ports(6 + len(engine_specs))  # in one go, so no two are the same
+        picked = free_ports(8 + len(engine_specs))  # in one go, so no two are the same
         ports = control_plane.Ports(*picked[:5])
         hub_port = picked[5]
-        kubelet_ports = {spec.name: port for spec, port in zip(engine_specs, picked[6:], strict=True)}
+        lws_ports = lws.Ports(*picked[6:8])
+        kubelet_ports = {spec.name: port for spec, port in zip(engine_specs, picked[8:], strict=True)}
         cidr = pod_cidr(self.name)
         state: dict[str, Any] = {
             "name": self.name,
@@ -270,6 +274,7 @@ class Sandbox:
         scheduler = control_plane.kube_scheduler(bins, ports, self.kubeconfig)
         self._spawn(state, "kube-scheduler", ports.scheduler, scheduler)
         self._spawn(state, "kwok", None, control_plane.kwok(bins, self.kubeconfig, kwok_cidr(cidr)))
+        self._start_lws(state, keys, lws_build, lws_ports)
         if stack is not None:
             self._start_hub(state, stack, hub_port, deadline, log)
         self._add_nodes(specs, kubelet_ports)
@@ -280,6 +285,46 @@ class Sandbox:
             )  # fmt: skip
             self._spawn(state, ENGINE_NODE_PREFIX + spec.name, kubelet_ports[spec.name], argv)
         self._wait_nodes_ready(state, specs, deadline, log)
+        self._wait(state, deadline, "the LeaderWorkerSet controller", lambda: self._lws_ready(lws_ports))
+        print(f"[specdeploy] LeaderWorkerSet is up (webhooks on 127.0.0.1:{lws_ports.webhook})", file=log)
+
+    def _start_lws(
+        self,
+        state: dict[str, Any],
+        keys: pki.Pki,
+        build: binaries.LwsBuild,
+        ports: lws.Ports,
+    ) -> None:
+        """Start the LeaderWorkerSet controller: its CRDs and webhook configurations first (its
+        controllers need the kinds, the apiserver the webhooks' addresses), then the process;
+        ``up`` waits for its webhooks at the end, so it starts while the nodes do."""
+        from kubernetes import config, utils
+
+        api = config.new_client_from_config(config_file=str(self.kubeconfig))  # type: ignore[no-untyped-call]
+        ca_bundle = keys.ca_cert.read_bytes()
+        documents = lws.custom_resource_definitions(build)
+        documents += lws.webhook_configurations(build, ports.webhook, ca_bundle)
+        for document in documents:
+            utils.create_from_dict(api, document)  # type: ignore[no-untyped-call]
+        home = self.dir / lws.PROCESS
+        pki.loopback_serving_certificate(keys, lws.PROCESS, home / "certs")
+        config_file = home / "config.yaml"
+        config_file.write_text(yaml.safe_dump(lws.configuration(ports, home / "certs")))
+        env = {"KUBECONFIG": str(self.kubeconfig)}
+        self._spawn(state, lws.PROCESS, ports.webhook, lws.command(build, config_file), (ports.health,), env)
+
+    def _lws_ready(self, ports: lws.Ports) -> bool:
+        """Healthy, and the pod webhook registered (a path not registered yet answers 404)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{ports.health}/healthz", timeout=2) as response:
+            if response.status != 200:
+                return False
+        context = ssl.create_default_context(cafile=str(self.pki.ca_cert))
+        url = f"https://127.0.0.1:{ports.webhook}{lws.POD_WEBHOOK_PATH}"
+        try:
+            with urllib.request.urlopen(url, context=context, timeout=2):
+                return True
+        except urllib.error.HTTPError as exc:
+            return exc.code != 404
 
     def _start_hub(
         self, state: dict[str, Any], stack: engine_stack.EngineStack, port: int, deadline: float, log: TextIO

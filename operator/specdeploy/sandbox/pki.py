@@ -175,3 +175,17 @@ def generate(directory: Path) -> Pki:
         ),
     )
     return pki
+
+
+def loopback_serving_certificate(keys: Pki, common_name: str, directory: Path) -> None:
+    """``tls.crt`` and ``tls.key`` for a server on 127.0.0.1, signed by the sandbox CA (which the
+    apiserver is given as a webhook's ``caBundle``)."""
+    ca_cert = x509.load_pem_x509_certificate(keys.ca_cert.read_bytes())
+    ca_key = serialization.load_pem_private_key(keys.ca_key.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"{keys.ca_key} is not the sandbox's EC CA key")
+    sans: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    cert, key = _leaf(ca_key, ca_cert.subject, _name(common_name), ExtendedKeyUsageOID.SERVER_AUTH, sans)
+    directory.mkdir(parents=True, exist_ok=True)
+    _write(directory / "tls.crt", cert.public_bytes(serialization.Encoding.PEM))
+    _write(directory / "tls.key", _key_pem(key), private=True)
