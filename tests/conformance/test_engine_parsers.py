@@ -8,17 +8,22 @@ imported once per session, in its cached venv, and parses every case below.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from engine_venvs import install_timeout
-from specdeploy import api, engines
+from specdeploy import api, engines, pipeline, planning
 from specdeploy.engines import base as engines_base
 from specdeploy.engines import sglang, vllm
 from specdeploy.engines.base import OwnedFlag
+from specdeploy.modelinfo import ModelResolver
 
 ParseAll = Callable[[str, list[list[str]]], dict[str, Any]]
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE_405B = REPO / "manifests" / "examples" / "llama-3.1-405b-instruct-eagle3.yaml"
 
 # The first run installs the engines (minutes each); later runs reuse the venvs.
 pytestmark = pytest.mark.timeout(2 * install_timeout() + 600)
@@ -101,13 +106,30 @@ def expand(argv: list[str]) -> list[str]:
     return argv
 
 
+def example_405b_group(engine: str) -> tuple[list[str], list[str]]:
+    """The leader's and a worker's command of the LeaderWorkerSet the 405B example renders to
+    (through the operator's whole pipeline, on two 8 x H100 nodes) on ``engine``."""
+    body: dict[str, Any] = yaml.safe_load(EXAMPLE_405B.read_text())
+    body["spec"]["engine"] = {"name": engine}
+    body["spec"]["speculator"]["model"] = str(REPO / body["spec"]["speculator"]["model"])
+    result = pipeline.compute(body, ModelResolver(), planning.parse_gpus_flag("h100-80gb:8x2"))
+    assert result.leader_worker_set is not None, result.message
+    group = result.leader_worker_set["spec"]["leaderWorkerTemplate"]
+    leader, worker = (group[f"{role}Template"]["spec"]["containers"][0] for role in ("leader", "worker"))
+    return leader["command"], worker["command"]
+
+
 def valid_cases(engine: str) -> Iterator[tuple[str, list[str]]]:
-    """Each valid render's command and, on several nodes, ``<name>-worker``: the workers' command."""
+    """Each valid render's command and, on several nodes, ``<name>-worker``: the workers' command;
+    then the 405B example's group as the operator renders it."""
     for name, raw in VALID[engine].items():
         launch = engines.render(spec_of(raw, engine))
         yield name, expand(launch.command)
         if launch.worker_command is not None:
             yield f"{name}-worker", expand(launch.worker_command)
+    leader, worker = example_405b_group(engine)
+    yield "llama-405b", expand(leader)
+    yield "llama-405b-worker", expand(worker)
 
 
 def cases(engine: str) -> Iterator[tuple[str, list[str]]]:
@@ -270,3 +292,20 @@ def test_sglang_multi_node_commands_read_as_one_group(parse_all: ParseAll) -> No
     assert lead["tp_size"] == work["tp_size"] == 16
     same = ("model_path", "speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps")
     assert {k: lead[k] for k in same} == {k: work[k] for k in same}
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_the_405b_examples_group_parses_as_one_group(parse_all: ParseAll, engine: str) -> None:
+    """The LeaderWorkerSet the operator renders for Llama-3.1-405B on two H100 nodes: leader and
+    worker commands parse, with two nodes, ranks 0 and 1 and one leader address."""
+    by_case = parse_cases(parse_all, engine)["by_case"]
+    leader, worker = by_case["llama-405b"][1], by_case["llama-405b-worker"][1]
+    assert leader["ok"] and worker["ok"], (leader["error"], worker["error"])
+    lead, work = leader["values"], worker["values"]
+    assert (lead["nnodes"], lead["node_rank"], work["nnodes"], work["node_rank"]) == (2, 0, 2, 1)
+    if engine == "vllm":
+        assert (lead["tensor_parallel_size"], lead["pipeline_parallel_size"]) == (8, 2)
+        assert lead["master_addr"] == work["master_addr"] == LEADER_HOST and work["headless"]
+    else:
+        assert (lead["tp_size"], lead["pp_size"]) == (16, 1)
+        assert lead["dist_init_addr"] == work["dist_init_addr"] == f"{LEADER_HOST}:{sglang.DIST_INIT_PORT}"
