@@ -5,13 +5,14 @@ pair that never has more than one replica down (or none, with a surge)."""
 from __future__ import annotations
 
 import json
-import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import yaml
+from kubernetes import client, config, watch
 
-from clusterlib import Kubectl, WaitFor
+from clusterlib import Cluster, Kubectl, WaitFor
 from sdeplib import EXAMPLE, apply, get, ready
 
 pytestmark = pytest.mark.usefixtures("operator")
@@ -49,6 +50,36 @@ def evict(kubectl: Kubectl, namespace: str, pod: str) -> str:
     path = f"/api/v1/namespaces/{namespace}/pods/{pod}/eviction"
     result = kubectl.run("create", "--raw", path, "-f", "-", input=json.dumps(eviction))
     return "" if result.returncode == 0 else result.stderr
+
+
+def rollout_statuses(cluster: Cluster, namespace: str, since: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The Deployment's status (with its ``generation``) at each write of a spec newer than
+    ``since``, the Deployment as it was before, until that rollout has finished."""
+    with config.new_client_from_config(str(cluster.kubeconfig)) as api_client:
+        apps = client.AppsV1Api(api_client)
+        events = watch.Watch().stream(
+            apps.list_namespaced_deployment,
+            namespace,
+            field_selector=f"metadata.name={NAME}",
+            resource_version=since["metadata"]["resourceVersion"],
+            timeout_seconds=ROLLOUT_WATCH_S,
+        )
+        for event in events:
+            deployment = event["object"]
+            written = api_client.sanitize_for_serialization(deployment.status)
+            status = {"generation": deployment.metadata.generation, **written}
+            if status["generation"] <= since["metadata"]["generation"]:
+                continue
+            yield status
+            if rolled_out(status):
+                return
+
+
+def rolled_out(status: dict[str, Any]) -> bool:
+    counts = ("updatedReplicas", "readyReplicas", "replicas")
+    return status.get("observedGeneration") == status["generation"] and all(
+        status.get(count) == REPLICAS for count in counts
+    )
 
 
 def test_engine_pods_have_requests_and_a_budget_the_eviction_api_honours(
@@ -95,38 +126,27 @@ def test_engine_pods_have_requests_and_a_budget_the_eviction_api_honours(
 
 @pytest.mark.parametrize(("strategy", "least_ready"), [("NoSurge", REPLICAS - 1), ("Surge", REPLICAS)])
 def test_a_spec_change_never_drops_below_the_budget(
-    kubectl: Kubectl, namespace: str, wait_for: WaitFor, strategy: str, least_ready: int
+    cluster: Cluster, kubectl: Kubectl, namespace: str, wait_for: WaitFor, strategy: str, least_ready: int
 ) -> None:
     apply(kubectl, namespace, example(replicas=REPLICAS, rollout={"strategy": strategy}))
     wait_for(lambda: all_ready(kubectl, namespace, REPLICAS), 90, "three ready replicas")
-    before = get(kubectl, namespace, "deployment", NAME)["metadata"]["generation"]
+    before = get(kubectl, namespace, "deployment", NAME)
     kubectl(
         "patch", "sdep", NAME, "--type=merge", "-p",
         '{"spec": {"speculator": {"numSpeculativeTokens": 4}}}', namespace=namespace,
     )  # fmt: skip
 
-    # Every ready pod serves (the simulated engines are Ready once started): sample the ready
-    # count of the Deployment's pods until every replica runs the new command.
-    samples: list[int] = []
-    deadline = time.monotonic() + ROLLOUT_WATCH_S
-    while time.monotonic() < deadline:
-        deployment = get(kubectl, namespace, "deployment", NAME)
-        status = deployment.get("status", {})
-        samples.append(status.get("readyReplicas", 0))
-        done = (
-            deployment["metadata"]["generation"] > before
-            and status.get("observedGeneration") == deployment["metadata"]["generation"]
-            and status.get("updatedReplicas") == REPLICAS
-            and status.get("readyReplicas") == REPLICAS
-            and status.get("replicas") == REPLICAS
-        )
-        if done:
-            break
-        time.sleep(0.2)
-    else:
-        pytest.fail(f"the rollout did not finish in {ROLLOUT_WATCH_S} s: {samples[-5:]}")
-    assert min(samples) >= least_ready, samples
-    assert len(samples) > 2, "the rollout was not observed"
+    # Every ready pod serves (the simulated engines are Ready once started). The Deployment
+    # controller writes its status at every step of the rollout; watching from before the patch
+    # sees each of those writes, however fast the simulated pods turn Ready.
+    statuses = list(rollout_statuses(cluster, namespace, before))
+    finished = statuses and rolled_out(statuses[-1])
+    assert finished, f"no finished rollout in {ROLLOUT_WATCH_S} s: {statuses[-3:]}"
+    ready_counts = [status.get("readyReplicas", 0) for status in statuses]
+    assert min(ready_counts) >= least_ready, ready_counts
+    assert any(status.get("updatedReplicas", 0) < REPLICAS for status in statuses), (
+        f"no step of the rollout was observed: {statuses}"
+    )
     for pod in live_pods(kubectl, namespace):
         command = pod["spec"]["containers"][0]["command"]
         assert json.loads(command[command.index("--speculative-config") + 1])["num_speculative_tokens"] == 4
