@@ -108,6 +108,22 @@ def test_no_serving_pod_and_unreachable_pods_are_told_apart() -> None:
     assert "pod p-1: Connection refused" in unreachable.message
 
 
+def test_an_unavailable_window_keeps_the_first_error_it_reported() -> None:
+    """Rounds that fail differently (refused, then timed out) write nothing new; a new window
+    length does, and so does the first answer."""
+    refused = reading(0, 0, answered=0, failure="pod p-1: Connection refused")
+    _, first = judge(None, refused, 1, POLICY)
+    timed_out = reading(0, 0, answered=0, failure="pod p-1: no answer within 5s")
+    _, later = judge(None, timed_out, 1, POLICY, previous=first)
+    assert later == first
+    longer = api.AcceptancePolicy(window_seconds=600)
+    _, resized = judge(None, timed_out, 1, longer, previous=first)
+    assert resized.reason == "MetricsUnavailable"
+    assert "last 600s (pod p-1: no answer within 5s)" in resized.message
+    _, answered = judge(None, reading(0, 0), 1, POLICY, previous=first)
+    assert answered.reason == "InsufficientSamples"
+
+
 def test_a_pod_that_answered_within_the_window_is_not_unavailable() -> None:
     """One timed-out read of an engine that answered a minute ago is no verdict change."""
     missed = Reading(

@@ -156,13 +156,24 @@ def condition(
     if reading is None and previous is not None and previous.reason in waiting:
         return previous
     if reading is not None and reading.silent:
+        silent = (
+            "no ready engine pod answered with speculative decoding counters in the last "
+            f"{policy.window_seconds}s"
+        )
+        if (
+            previous is not None
+            and previous.reason == METRICS_UNAVAILABLE
+            and previous.message.startswith(silent)
+        ):
+            # Which error a round met first (refused, timed out on a loaded operator) varies
+            # from round to round: the first one seen stands, or every round would be a write.
+            return previous
         return Condition(
             type=api.SPECULATION_EFFECTIVE,
             status="Unknown",
             reason=METRICS_UNAVAILABLE,
             message=(
-                f"no ready engine pod answered with speculative decoding counters in the last "
-                f"{policy.window_seconds}s ({reading.failure}); the operator reads each ready pod's "
+                f"{silent} ({reading.failure}); the operator reads each ready pod's "
                 f"{METRICS_PATH} on its named port {ENGINE_PORT_NAME}"
             ),
         )
