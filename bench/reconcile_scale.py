@@ -279,9 +279,13 @@ def measure_apply_alone(kubeconfig: Path, count: int, workdir: Path, timeout: fl
     """The resources file applied with no operator running (and then deleted): what the apply
     step costs an idle control plane, against which the operator path's apply is compared."""
     crs = write_resources(workdir / "alone-resources.yaml", count, ALONE_NAMESPACE)
+    cpu = control_plane_cpu(kubeconfig)
     started = time.monotonic()
     kubectl(kubeconfig, "apply", "--server-side", "-f", str(crs), timeout=timeout)
-    results = {"applyAloneSeconds": round(time.monotonic() - started, 1)}
+    results = {
+        "applyAloneSeconds": round(time.monotonic() - started, 1),
+        "applyAloneControlPlaneCpuSeconds": cpu_since(cpu, kubeconfig),
+    }
     delete_namespace(kubeconfig, ALONE_NAMESPACE, timeout)
     return results
 
@@ -383,7 +387,21 @@ def run(
     for measure in ("ChildrenCreated", "Ready"):
         raw = results[f"rawSecondsToAll{measure}"]
         results[f"ratioToAll{measure}"] = round(results[f"secondsToAll{measure}"] / raw, 2) if raw else None
+    results.update(cpu_ratios(results))
     return results
+
+
+def cpu_ratios(results: dict[str, Any]) -> dict[str, float | None]:
+    """The operator path's CPU over the raw path's, with and without the operator's own: on cores
+    the two share, the time ratio follows the first, and the second is its floor."""
+    raw, plane = results["rawControlPlaneCpuSecondsToReady"], results["controlPlaneCpuSecondsToReady"]
+    if not raw or plane is None:
+        return {"ratioTotalCpuToReady": None, "ratioControlPlaneCpuToReady": None}
+    total = plane + results["operatorCpuSecondsToReady"]
+    return {
+        "ratioTotalCpuToReady": round(total / raw, 2),
+        "ratioControlPlaneCpuToReady": round(plane / raw, 2),
+    }
 
 
 def run_in_sandbox(
@@ -414,6 +432,9 @@ def table(runs: list[dict[str, Any]]) -> list[str]:
         ("operator CPU until all Ready (s)", "operatorCpuSecondsToReady", None),
         ("control plane CPU until all Ready: operator path / raw (s)",
          "controlPlaneCpuSecondsToReady", "rawControlPlaneCpuSecondsToReady"),
+        ("CPU ratio to raw: + operator / control plane alone",
+         "ratioTotalCpuToReady", "ratioControlPlaneCpuToReady"),
+        ("control plane CPU applying the resources alone (s)", "applyAloneControlPlaneCpuSeconds", None),
         ("restart: s to reconcile all / writes", "restartSecondsToReconcileAll", "restartWrites"),
         ("restart: resident memory peak (MiB)", "restartPeakRssMiB", None),
     ]  # fmt: skip
