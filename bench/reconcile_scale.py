@@ -181,16 +181,20 @@ def ready_resources(namespace: str) -> int:
 
 
 def milestones(checks: dict[str, Callable[[], bool]], started: float, timeout: float) -> dict[str, float]:
-    """Seconds from ``started`` until each check first held (each polled only until it holds)."""
+    """Seconds from ``started`` until each check first held, in order: a milestone counts only
+    once those before it are reached (all pods Ready means nothing while a Service is missing),
+    and each check is polled only from then until it holds."""
     reached: dict[str, float] = {}
     while len(reached) < len(checks):
-        now = time.monotonic()
-        if now - started > timeout:
+        if time.monotonic() - started > timeout:
             missing = sorted(set(checks) - set(reached))
             raise SystemExit(f"timed out after {timeout:.0f}s waiting for {', '.join(missing)}")
         for name, check in checks.items():
-            if name not in reached and check():
-                reached[name] = round(time.monotonic() - started, 1)
+            if name in reached:
+                continue
+            if not check():
+                break
+            reached[name] = round(time.monotonic() - started, 1)
         time.sleep(POLL_S)
     return reached
 
