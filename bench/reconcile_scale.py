@@ -2,12 +2,16 @@
 applied by hand with `kubectl apply --server-side`.
 
 For each N (fresh sandbox each, N/8 simulated 8 x H100 nodes): first the raw path, the N
-resources' children rendered offline with `specdeploy render` and applied as one file; then
-(the raw namespace deleted) the operator as a real process, with the N resources applied the
-same way. Both are timed to all children created and to all engine pods Ready (every
-Deployment's ready replicas). Then the operator's writes, CPU and memory until settled and while
-idle, and a restarted operator's resync. The pods are simulated (Ready, nothing listening), so
-every read of their /metrics is refused: the engine metrics reader's full cost at N ready pods.
+resources' children rendered offline with `specdeploy render` and applied as one file; then the
+floor path, the fewest writes any operator keeping the Kubernetes conventions could make (the
+resources and their children as one file, a status write each on taking it up and at Ready, a
+Ready Event each) made by a client with no logic of its own; then (each earlier namespace
+deleted) the operator as a real process, with the N resources applied the same way. The raw and
+operator paths are timed to all children created and to all engine pods Ready (every
+Deployment's ready replicas), the floor and operator paths to every resource Ready=True. Then
+the operator's writes, CPU and memory until settled and while idle, and a restarted operator's
+resync. The pods are simulated (Ready, nothing listening), so every read of their /metrics is
+refused: the engine metrics reader's full cost at N ready pods.
 
 Prints numbers, asserts nothing; every server is on loopback, every wait bounded.
 
@@ -18,6 +22,7 @@ Prints numbers, asserts nothing; every server is on loopback, every wait bounded
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import subprocess
@@ -26,6 +31,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +41,9 @@ from kubernetes import client, config
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from specdeploy import api, children
+from specdeploy import api, children, pipeline, planning
+from specdeploy.controller import diffing, status
+from specdeploy.modelinfo import ModelResolver
 from specdeploy.sandbox import nodes
 from specdeploy.sandbox.binaries import ensure_kubectl
 from specdeploy.sandbox.cluster import Sandbox
@@ -46,6 +54,13 @@ CRD = REPO / "crds" / "specdeploy.io_speculativedeployments.yaml"
 NAMESPACE = "bench"
 RAW_NAMESPACE = "bench-raw"
 ALONE_NAMESPACE = "bench-alone"
+FLOOR_NAMESPACE = "bench-floor"
+# Concurrent status and Event writers on the floor path (a kopf operator writes from several
+# handler tasks at once too).
+FLOOR_WRITERS = 4
+# Seconds the idle control plane is measured for before the floor path, to take its background
+# CPU out of the price of a write.
+FLOOR_IDLE_S = 5.0
 GPUS_PER_NODE = 8
 GPU_INVENTORY = f"h100-80gb:{GPUS_PER_NODE}"
 MANAGED = f"{children.MANAGED_BY_LABEL}={children.MANAGED_BY}"
@@ -227,14 +242,19 @@ def prepare_cluster(kubeconfig: Path, count: int) -> None:
     """The CRD, enough GPU nodes for ``count`` single-GPU pairs and the namespaces."""
     core = client.CoreV1Api()
     kubectl(kubeconfig, "apply", "--server-side", "-f", str(CRD), timeout=60)
-    kubectl(
-        kubeconfig, "wait", "--for=condition=Established", f"crd/{api.PLURAL}.{api.GROUP}", timeout=60
-    )
+    crds = client.ApiextensionsV1Api()
+
+    def established() -> bool:
+        # Polled: `kubectl wait` fails outright while the new CRD has no conditions yet.
+        conditions = crds.read_custom_resource_definition(f"{api.PLURAL}.{api.GROUP}").status.conditions
+        return any(c.type == "Established" and c.status == "True" for c in conditions or [])
+
+    milestones({"established": established}, time.monotonic(), 60)
     for i in range((count + GPUS_PER_NODE - 1) // GPUS_PER_NODE):
         nodes.add_node(
             nodes.gpu_node(f"bench-h100-{i:04d}", "NVIDIA-H100-80GB-HBM3", GPUS_PER_NODE), core_v1=core
         )
-    for namespace in (NAMESPACE, RAW_NAMESPACE, ALONE_NAMESPACE):
+    for namespace in (NAMESPACE, RAW_NAMESPACE, ALONE_NAMESPACE, FLOOR_NAMESPACE):
         core.create_namespace({"metadata": {"name": namespace}})
 
 
@@ -244,18 +264,23 @@ def delete_namespace(kubeconfig: Path, namespace: str, timeout: float) -> None:
     kubectl(kubeconfig, "delete", "namespace", namespace, "--wait=true", wait_flag, timeout=timeout + 30)
 
 
-def measure_raw(kubeconfig: Path, count: int, workdir: Path, timeout: float) -> dict[str, Any]:
-    """The limit: the same children rendered offline and applied by hand, as one file."""
-    crs = write_resources(workdir / "raw-resources.yaml", count, RAW_NAMESPACE)
-    rendered = workdir / "raw-children.yaml"
-    started = time.monotonic()
-    with rendered.open("w") as out:
+def render_children(crs: Path, out: Path, timeout: float) -> Path:
+    """The children of the resources in ``crs``, rendered offline as one file (``out``)."""
+    with out.open("w") as stream:
         subprocess.run(
             [sys.executable, "-m", "specdeploy", "render", "-f", str(crs), "--gpus", GPU_INVENTORY],
             check=True,
-            stdout=out,
+            stdout=stream,
             timeout=timeout,
         )
+    return out
+
+
+def measure_raw(kubeconfig: Path, count: int, workdir: Path, timeout: float) -> dict[str, Any]:
+    """The limit: the same children rendered offline and applied by hand, as one file."""
+    crs = write_resources(workdir / "raw-resources.yaml", count, RAW_NAMESPACE)
+    started = time.monotonic()
+    rendered = render_children(crs, workdir / "raw-children.yaml", timeout)
     results: dict[str, Any] = {"rawRenderSeconds": round(time.monotonic() - started, 1)}
     cpu = control_plane_cpu(kubeconfig)
     started = time.monotonic()
@@ -270,6 +295,112 @@ def measure_raw(kubeconfig: Path, count: int, workdir: Path, timeout: float) -> 
     started = time.monotonic()
     delete_namespace(kubeconfig, RAW_NAMESPACE, timeout)
     results["rawCleanupSeconds"] = round(time.monotonic() - started, 1)
+    return results
+
+
+def convention_writes(crs: list[dict[str, Any]]) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """What an operator keeping the conventions writes beyond the raw path's children, at the
+    fewest, computed by the operator's own code: per resource the status on taking it up (plan,
+    command, conditions, observedGeneration) and the status once its Deployment is rolled out."""
+    resolver, inventory = ModelResolver(), planning.parse_gpus_flag(GPU_INVENTORY)
+    writes: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+    for cr in crs:
+        body = copy.deepcopy(cr)
+        body["metadata"]["generation"] = 1
+        desired = pipeline.compute(body, resolver, inventory)
+        assert desired.deployment is not None, desired.message
+        first, _ = status.status_for(body, desired, None)
+        child = diffing.stamped(desired.deployment)
+        rolled_out = {
+            **child,
+            "metadata": {**child["metadata"], "generation": 1},
+            "status": {"observedGeneration": 1, "replicas": 1, "readyReplicas": 1, "updatedReplicas": 1},
+        }
+        last, _ = status.status_for({**body, "status": first}, desired, rolled_out)
+        assert first is not None and last is not None
+        writes[body["metadata"]["name"]] = (first, last)
+    return writes
+
+
+def ready_event(cr: dict[str, Any], ready: dict[str, Any]) -> dict[str, Any]:
+    """The one Event every resource's rollout posts: its Ready transition (as ``ready`` says it)."""
+    meta = cr["metadata"]
+    cond = next(c for c in ready["conditions"] if c["type"] == api.READY)
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return {
+        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+        "involvedObject": {"apiVersion": api.API_VERSION, "kind": api.KIND, "name": meta["name"],
+                           "namespace": meta["namespace"], "uid": meta["uid"]},
+        "type": "Normal", "reason": cond["reason"], "message": f"Ready=True: {cond['message']}",
+        "source": {"component": "specdeploy"}, "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+    }  # fmt: skip
+
+
+def write_all(calls: list[Callable[[], Any]]) -> None:
+    with ThreadPoolExecutor(FLOOR_WRITERS) as pool:
+        for future in [pool.submit(call) for call in calls]:
+            future.result()
+
+
+def idle_cpu_rate(kubeconfig: Path, seconds: float) -> float | None:
+    """Control plane CPU seconds a second while nothing is asked of it (node heartbeats, leases)."""
+    before = control_plane_cpu(kubeconfig)
+    time.sleep(seconds)
+    after = control_plane_cpu(kubeconfig)
+    return None if before is None or after is None else (after - before) / seconds
+
+
+def cpu_ms_per_write(
+    kubeconfig: Path, calls: list[Callable[[], Any]], idle_rate: float | None
+) -> float | None:
+    """Control plane CPU milliseconds per write of a burst, less what it uses idle meanwhile."""
+    before, started = control_plane_cpu(kubeconfig), time.monotonic()
+    write_all(calls)
+    after = control_plane_cpu(kubeconfig)
+    if before is None or after is None or idle_rate is None:
+        return None
+    busy = after - before - idle_rate * (time.monotonic() - started)
+    return round(busy * 1000 / len(calls), 1)
+
+
+def measure_floor(kubeconfig: Path, count: int, workdir: Path, timeout: float) -> dict[str, Any]:
+    """The fewest writes any operator keeping the conventions could make, made by a client with no
+    logic of its own: the resources and their rendered children applied as one file, one status
+    write each on taking it up, and at Ready one status write and one Event each. Timed until
+    every resource says Ready=True; its control plane CPU over the raw path's is the floor of the
+    operator path's on shared cores, and the last two bursts give the price of a status write
+    and of an Event."""
+    crs = write_resources(workdir / "floor-resources.yaml", count, FLOOR_NAMESPACE)
+    rendered = render_children(crs, workdir / "floor-children.yaml", timeout)
+    statuses = convention_writes([resource(i, FLOOR_NAMESPACE) for i in range(count)])
+    objects, core = client.CustomObjectsApi(), client.CoreV1Api()
+
+    def write_status(name: str, body: dict[str, Any]) -> Callable[[], Any]:
+        args = (api.GROUP, api.VERSION, FLOOR_NAMESPACE, api.PLURAL, name, {"status": body})
+        return lambda: objects.patch_namespaced_custom_object_status(*args, _preload_content=False)
+
+    def post_event(event: dict[str, Any]) -> Callable[[], Any]:
+        return lambda: core.create_namespaced_event(FLOOR_NAMESPACE, event, _preload_content=False)
+
+    idle_rate = idle_cpu_rate(kubeconfig, FLOOR_IDLE_S)
+    cpu, client_cpu = control_plane_cpu(kubeconfig), time.process_time()
+    started = time.monotonic()
+    kubectl(kubeconfig, "apply", "--server-side", "-f", str(crs), "-f", str(rendered), timeout=timeout)
+    applied = objects.list_namespaced_custom_object(api.GROUP, api.VERSION, FLOOR_NAMESPACE, api.PLURAL)
+    write_all([write_status(name, taken) for name, (taken, _) in statuses.items()])
+    milestones(rollout_checks(FLOOR_NAMESPACE, count), started, timeout)
+    # With the rollout done, each burst's control plane CPU is its own: the price of one write.
+    ready_writes = [write_status(name, ready) for name, (_, ready) in statuses.items()]
+    events = [post_event(ready_event(cr, statuses[cr["metadata"]["name"]][1])) for cr in applied["items"]]
+    results = {
+        "floorStatusWriteControlPlaneCpuMs": cpu_ms_per_write(kubeconfig, ready_writes, idle_rate),
+        "floorEventControlPlaneCpuMs": cpu_ms_per_write(kubeconfig, events, idle_rate),
+    }
+    reached = milestones({"ready": lambda: ready_resources(FLOOR_NAMESPACE) == count}, started, timeout)
+    results["floorSecondsToAllReady"] = reached["ready"]
+    results["floorControlPlaneCpuSecondsToReady"] = cpu_since(cpu, kubeconfig)
+    results["floorClientCpuSeconds"] = round(time.process_time() - client_cpu, 1)
+    delete_namespace(kubeconfig, FLOOR_NAMESPACE, timeout)
     return results
 
 
@@ -380,6 +511,7 @@ def run(
     prepare_cluster(kubeconfig, count)
     results: dict[str, Any] = {"resources": count, "operatorArgs": list(operator_args)}
     results.update(measure_raw(kubeconfig, count, workdir, timeout))
+    results.update(measure_floor(kubeconfig, count, workdir, timeout))
     results.update(measure_apply_alone(kubeconfig, count, workdir, timeout))
     operator = start_operator(kubeconfig, workdir / "operator.log", None, operator_args)
     try:
@@ -391,20 +523,24 @@ def run(
     for measure in ("ChildrenCreated", "Ready"):
         raw = results[f"rawSecondsToAll{measure}"]
         results[f"ratioToAll{measure}"] = round(results[f"secondsToAll{measure}"] / raw, 2) if raw else None
+    raw = results["rawSecondsToAllReady"]
+    results["ratioFloorToAllReady"] = round(results["floorSecondsToAllReady"] / raw, 2) if raw else None
     results.update(cpu_ratios(results))
     return results
 
 
 def cpu_ratios(results: dict[str, Any]) -> dict[str, float | None]:
-    """The operator path's CPU over the raw path's, with and without the operator's own: on cores
-    the two share, the time ratio follows the first, and the second is its floor."""
+    """The operator path's CPU over the raw path's, with and without the operator's own (on cores
+    the two share, the time ratio follows the first), and the floor path's."""
     raw, plane = results["rawControlPlaneCpuSecondsToReady"], results["controlPlaneCpuSecondsToReady"]
-    if not raw or plane is None:
-        return {"ratioTotalCpuToReady": None, "ratioControlPlaneCpuToReady": None}
+    floor = results["floorControlPlaneCpuSecondsToReady"]
+    if not raw or plane is None or floor is None:
+        return dict.fromkeys(("ratioTotalCpuToReady", "ratioControlPlaneCpuToReady", "ratioFloorCpuToReady"))
     total = plane + results["operatorCpuSecondsToReady"]
     return {
         "ratioTotalCpuToReady": round(total / raw, 2),
         "ratioControlPlaneCpuToReady": round(plane / raw, 2),
+        "ratioFloorCpuToReady": round(floor / raw, 2),
     }
 
 
@@ -439,6 +575,12 @@ def table(runs: list[dict[str, Any]]) -> list[str]:
         ("CPU ratio to raw: + operator / control plane alone",
          "ratioTotalCpuToReady", "ratioControlPlaneCpuToReady"),
         ("control plane CPU applying the resources alone (s)", "applyAloneControlPlaneCpuSeconds", None),
+        ("floor path: all resources Ready (s) / ratio to raw",
+         "floorSecondsToAllReady", "ratioFloorToAllReady"),
+        ("floor path: control plane CPU (s) / ratio to raw",
+         "floorControlPlaneCpuSecondsToReady", "ratioFloorCpuToReady"),
+        ("floor path: control plane CPU a status write / an Event (ms)",
+         "floorStatusWriteControlPlaneCpuMs", "floorEventControlPlaneCpuMs"),
         ("restart: s to reconcile all / writes", "restartSecondsToReconcileAll", "restartWrites"),
         ("restart: resident memory peak (MiB)", "restartPeakRssMiB", None),
     ]  # fmt: skip
@@ -468,6 +610,7 @@ def plot(runs: list[dict[str, Any]], out: Path) -> None:
         ("rawSecondsToAllReady", "kubectl apply: all pods Ready", "--o"),
         ("secondsToAllChildrenCreated", "operator: all children created", "-s"),
         ("rawSecondsToAllChildrenCreated", "kubectl apply: all children created", "--s"),
+        ("floorSecondsToAllReady", "the conventions' fewest writes, no operator: all Ready", "-.d"),
         ("restartSecondsToReconcileAll", "operator restart: all reconciled", ":^"),
     ):
         times.plot(counts, [r[key] for r in runs], style, label=label)

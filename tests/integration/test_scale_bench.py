@@ -34,6 +34,10 @@ FIGURES = (
     "restartPeakRssMiB",
     "controlPlaneCpuSecondsToReady",
     "rawControlPlaneCpuSecondsToReady",
+    "floorSecondsToAllReady",
+    "floorControlPlaneCpuSecondsToReady",
+    "floorStatusWriteControlPlaneCpuMs",
+    "floorEventControlPlaneCpuMs",
 )
 # Passed through to the operator (both of its runs): no engine metrics reader.
 OPERATOR_ARG = "--acceptance-interval=0"
@@ -68,6 +72,9 @@ def test_small_scale_run_reports_both_paths(tmp_path: Path) -> None:
     assert figures["applyAloneSeconds"] > 0
     # Both paths' rollouts cost the sandbox's control plane CPU, measured from its processes.
     assert figures["controlPlaneCpuSecondsToReady"] > 0 and figures["rawControlPlaneCpuSecondsToReady"] > 0
+    # The floor path makes the raw path's writes and more, and ends with every resource Ready.
+    assert figures["floorControlPlaneCpuSecondsToReady"] > 0
+    assert figures["floorSecondsToAllReady"] > 0
     # The operator ran with the argument given: its reader was off, so it read no engine.
     assert figures["operatorArgs"] == [OPERATOR_ARG]
     assert figures["engineReadsPerMinute"] == 0
