@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import os
 import subprocess
@@ -43,6 +44,7 @@ from prometheus_client.samples import Sample
 
 from specdeploy import api, children, pipeline, planning
 from specdeploy.controller import diffing, status
+from specdeploy.controller.kube import KubeClient
 from specdeploy.modelinfo import ModelResolver
 from specdeploy.sandbox import nodes
 from specdeploy.sandbox.binaries import ensure_kubectl
@@ -322,20 +324,6 @@ def convention_writes(crs: list[dict[str, Any]]) -> dict[str, tuple[dict[str, An
     return writes
 
 
-def ready_event(cr: dict[str, Any], ready: dict[str, Any]) -> dict[str, Any]:
-    """The one Event every resource's rollout posts: its Ready transition (as ``ready`` says it)."""
-    meta = cr["metadata"]
-    cond = next(c for c in ready["conditions"] if c["type"] == api.READY)
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return {
-        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-        "involvedObject": {"apiVersion": api.API_VERSION, "kind": api.KIND, "name": meta["name"],
-                           "namespace": meta["namespace"], "uid": meta["uid"]},
-        "type": "Normal", "reason": cond["reason"], "message": f"Ready=True: {cond['message']}",
-        "source": {"component": "specdeploy"}, "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-    }  # fmt: skip
-
-
 def write_all(calls: list[Callable[[], Any]]) -> None:
     with ThreadPoolExecutor(FLOOR_WRITERS) as pool:
         for future in [pool.submit(call) for call in calls]:
@@ -373,25 +361,29 @@ def measure_floor(kubeconfig: Path, count: int, workdir: Path, timeout: float) -
     crs = write_resources(workdir / "floor-resources.yaml", count, FLOOR_NAMESPACE)
     rendered = render_children(crs, workdir / "floor-children.yaml", timeout)
     statuses = convention_writes([resource(i, FLOOR_NAMESPACE) for i in range(count)])
-    objects, core = client.CustomObjectsApi(), client.CoreV1Api()
+    # The operator's own writer: the same client, patch and Event body as its reconciles use.
+    kube = KubeClient(connections=FLOOR_WRITERS)
 
-    def write_status(name: str, body: dict[str, Any]) -> Callable[[], Any]:
-        args = (api.GROUP, api.VERSION, FLOOR_NAMESPACE, api.PLURAL, name, {"status": body})
-        return lambda: objects.patch_namespaced_custom_object_status(*args, _preload_content=False)
+    def write_status(name: str, body: dict[str, Any]) -> Callable[[], None]:
+        return functools.partial(kube.patch_status, (FLOOR_NAMESPACE, name), body)
 
-    def post_event(event: dict[str, Any]) -> Callable[[], Any]:
-        return lambda: core.create_namespaced_event(FLOOR_NAMESPACE, event, _preload_content=False)
+    def post_ready(cr: dict[str, Any]) -> Callable[[], None]:
+        """The one Event every resource's rollout posts: its Ready transition."""
+        ready = statuses[cr["metadata"]["name"]][1]
+        cond = next(c for c in ready["conditions"] if c["type"] == api.READY)
+        message = f"Ready=True: {cond['message']}"
+        return functools.partial(kube.post_event, cr, "Normal", cond["reason"], message)
 
     idle_rate = idle_cpu_rate(kubeconfig, FLOOR_IDLE_S)
     cpu, client_cpu = control_plane_cpu(kubeconfig), time.process_time()
     started = time.monotonic()
     kubectl(kubeconfig, "apply", "--server-side", "-f", str(crs), "-f", str(rendered), timeout=timeout)
-    applied = objects.list_namespaced_custom_object(api.GROUP, api.VERSION, FLOOR_NAMESPACE, api.PLURAL)
+    applied = kube.custom.list_namespaced_custom_object(api.GROUP, api.VERSION, FLOOR_NAMESPACE, api.PLURAL)
     write_all([write_status(name, taken) for name, (taken, _) in statuses.items()])
     milestones(rollout_checks(FLOOR_NAMESPACE, count), started, timeout)
     # With the rollout done, each burst's control plane CPU is its own: the price of one write.
     ready_writes = [write_status(name, ready) for name, (_, ready) in statuses.items()]
-    events = [post_event(ready_event(cr, statuses[cr["metadata"]["name"]][1])) for cr in applied["items"]]
+    events = [post_ready(cr) for cr in applied["items"]]
     results = {
         "floorStatusWriteControlPlaneCpuMs": cpu_ms_per_write(kubeconfig, ready_writes, idle_rate),
         "floorEventControlPlaneCpuMs": cpu_ms_per_write(kubeconfig, events, idle_rate),
@@ -520,27 +512,29 @@ def run(
     finally:
         operator.stop()
     results.update(measure_restart(kubeconfig, workdir, count, timeout, operator_args))
-    for measure in ("ChildrenCreated", "Ready"):
-        raw = results[f"rawSecondsToAll{measure}"]
-        results[f"ratioToAll{measure}"] = round(results[f"secondsToAll{measure}"] / raw, 2) if raw else None
-    raw = results["rawSecondsToAllReady"]
-    results["ratioFloorToAllReady"] = round(results["floorSecondsToAllReady"] / raw, 2) if raw else None
-    results.update(cpu_ratios(results))
+    results.update(ratios(results))
     return results
 
 
-def cpu_ratios(results: dict[str, Any]) -> dict[str, float | None]:
-    """The operator path's CPU over the raw path's, with and without the operator's own (on cores
-    the two share, the time ratio follows the first), and the floor path's."""
-    raw, plane = results["rawControlPlaneCpuSecondsToReady"], results["controlPlaneCpuSecondsToReady"]
-    floor = results["floorControlPlaneCpuSecondsToReady"]
-    if not raw or plane is None or floor is None:
-        return dict.fromkeys(("ratioTotalCpuToReady", "ratioControlPlaneCpuToReady", "ratioFloorCpuToReady"))
-    total = plane + results["operatorCpuSecondsToReady"]
+def ratio(part: float | None, whole: float | None) -> float | None:
+    """``part / whole``, or None where either could not be measured (a cluster that is no sandbox)."""
+    return round(part / whole, 2) if part is not None and whole else None
+
+
+def ratios(results: dict[str, Any]) -> dict[str, float | None]:
+    """The other paths over the raw one: times, and CPU with and without the operator's own (on
+    cores the paths share, the time ratio follows the CPU with it)."""
+    raw_cpu, plane = results["rawControlPlaneCpuSecondsToReady"], results["controlPlaneCpuSecondsToReady"]
+    total = None if plane is None else plane + results["operatorCpuSecondsToReady"]
     return {
-        "ratioTotalCpuToReady": round(total / raw, 2),
-        "ratioControlPlaneCpuToReady": round(plane / raw, 2),
-        "ratioFloorCpuToReady": round(floor / raw, 2),
+        "ratioToAllChildrenCreated": ratio(
+            results["secondsToAllChildrenCreated"], results["rawSecondsToAllChildrenCreated"]
+        ),
+        "ratioToAllReady": ratio(results["secondsToAllReady"], results["rawSecondsToAllReady"]),
+        "ratioFloorToAllReady": ratio(results["floorSecondsToAllReady"], results["rawSecondsToAllReady"]),
+        "ratioTotalCpuToReady": ratio(total, raw_cpu),
+        "ratioControlPlaneCpuToReady": ratio(plane, raw_cpu),
+        "ratioFloorCpuToReady": ratio(results["floorControlPlaneCpuSecondsToReady"], raw_cpu),
     }
 
 

@@ -69,11 +69,7 @@ def test_seed_example_becomes_ready_on_a_gpu_node(
     assert service["spec"]["ports"][0]["port"] == 8000
 
     # The Event follows the status write that turned Ready True, so it may land just after it.
-    mine = "--field-selector=involvedObject.name=qwen3-30b-a3b-eagle3"
-    ready_event = lambda: any(  # noqa: E731
-        e["reason"] == "Ready" for e in get(kubectl, namespace, "events", mine)["items"]
-    )
-    wait_for(ready_event, 15, "the Ready Event")
+    wait_for(lambda: "Ready" in _events_of(kubectl, namespace, "qwen3-30b-a3b-eagle3"), 15, "the Ready Event")
     # The sandbox's loopback pod IPs are no valid endpoint: its endpoint controllers are off.
     everything = get(kubectl, namespace, "events")["items"]
     failed = [e for e in everything if "FailedToUpdateEndpoint" in e["reason"]]
