@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test unit packaging lock crd clean
+.PHONY: demo test fast unit lint packaging lock crd clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,18 +15,31 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/specdeploy demo
 
-test: $(STAMP)
+# Targets by what they run (docs/testing.md): `make unit` the pure logic, in seconds; `make fast`
+# lint and every suite that needs no real engine (conformance, integration, faults, packaging);
+# `make test` everything, as CI runs it, in two lanes side by side: the engines (e2e and the
+# engine parsers) in one, everything else in the other.
+PYTEST := $(VENV)/bin/pytest -q -p no:cacheprovider
+LANES := -n 2 --dist loadgroup
+
+lint: $(STAMP)
 	$(VENV)/bin/ruff check operator tests bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+
+test: lint
 	$(VENV)/bin/specdeploy sandbox build
-	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=25 tests
+	$(PYTEST) $(LANES) --durations=25 tests
+
+fast: lint
+	$(VENV)/bin/specdeploy sandbox build
+	$(PYTEST) --durations=10 --ignore=tests/e2e tests
 
 unit: $(STAMP)
-	$(VENV)/bin/pytest -q -p no:cacheprovider tests/unit
+	$(PYTEST) tests/unit
 
 packaging: $(STAMP)
-	$(VENV)/bin/pytest -q -p no:cacheprovider tests/packaging
+	$(PYTEST) tests/packaging
 
 # The operator image's pinned runtime closure, with the tokenizers extra (transformers, jinja2) so
 # the pairing check's tokenizer rule runs in the cluster, resolved for the image's interpreter (the

@@ -1,36 +1,59 @@
-"""Shared fixtures: one sandbox per test session, a namespace per test, kubectl, helm, kustomize
-and wait_for.
-
-Set SPECDEPLOY_TEST_KUBECONFIG to run the cluster suites against an already running cluster
-(e.g. `specdeploy sandbox up` in another terminal) instead of starting a sandbox per session.
-"""
+"""Session-wide: the cluster marker, the per-suite timing table, and the pinned kubectl, helm and
+kustomize. Each cluster suite's sandbox is a fixture of that suite (its conftest.py), stopped when
+the suite ends."""
 
 from __future__ import annotations
 
 import os
-import re
-import secrets
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from clusterlib import Cluster, Kubectl, WaitFor, sandbox_cluster
-
 TESTS_DIR = Path(__file__).parent
 CLUSTER_SUITES = ("integration", "e2e", "faults")
-KUBECONFIG_ENV = "SPECDEPLOY_TEST_KUBECONFIG"
+# `make test` runs two lanes side by side (pytest-xdist, --dist loadgroup): the real engines and
+# the engine parsers, whose time goes into loading engines, and the rest, whose time goes mostly
+# into waiting on a control plane (docs/testing.md has the measurements).
+ENGINE_LANE = ("e2e", "conformance")
 KUBECTL_ENV = "SPECDEPLOY_KUBECTL"
 # `kustomize edit` (which kubectl does not embed) for the kustomization beside install.yaml.
 KUSTOMIZE_VERSION = "v5.8.1"
 
 
+def _suite(nodeid: str) -> str:
+    parts = nodeid.split("::")[0].split("/")
+    return parts[1] if parts[0] == "tests" and len(parts) > 2 else parts[0]
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Wall time and test count per suite (setup, call and teardown of each test, so a shared
+    fixture's start counts in the suite of the first test that needs it): docs/testing.md."""
+    seconds: dict[str, float] = {}
+    tests: dict[str, set[str]] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if isinstance(report, pytest.TestReport):
+                suite = _suite(report.nodeid)
+                seconds[suite] = seconds.get(suite, 0.0) + report.duration
+                tests.setdefault(suite, set()).add(report.nodeid)
+    if not seconds:
+        return
+    terminalreporter.write_sep("=", "wall time per suite")
+    for suite in sorted(seconds, key=seconds.__getitem__, reverse=True):
+        terminalreporter.write_line(f"{suite:<12} {len(tests[suite]):>5} tests {seconds[suite]:>8.1f} s")
+    total = sum(seconds.values())
+    terminalreporter.write_line(f"{'total':<12} {sum(map(len, tests.values())):>5} tests {total:>8.1f} s")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Everything under tests/integration, tests/e2e and tests/faults needs a cluster: mark it so."""
+    """Everything under tests/integration, tests/e2e and tests/faults needs a cluster: mark it so.
+    Every test also gets its lane, which only a run with --dist loadgroup reads."""
     for item in items:
         relative = item.path.relative_to(TESTS_DIR) if item.path.is_relative_to(TESTS_DIR) else None
-        if relative is not None and relative.parts[0] in CLUSTER_SUITES:
+        suite = relative.parts[0] if relative is not None else ""
+        if suite in CLUSTER_SUITES:
             item.add_marker(pytest.mark.cluster)
+        item.add_marker(pytest.mark.xdist_group("engines" if suite in ENGINE_LANE else "cluster"))
 
 
 @pytest.fixture(scope="session")
@@ -58,42 +81,3 @@ def kustomize_binary() -> str:
     from specdeploy.sandbox.binaries import go_install
 
     return str(go_install("kustomize", "sigs.k8s.io/kustomize/kustomize/v5", KUSTOMIZE_VERSION))
-
-
-@pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """A running cluster for the whole session, stopped at the end even when tests fail."""
-    external = os.environ.get(KUBECONFIG_ENV)
-    if external:
-        yield Cluster(kubeconfig=Path(external), pod_cidr=None, audit_log=None)
-        return
-    with sandbox_cluster(tmp_path_factory.mktemp("sandboxes"), f"pytest-{os.getpid()}") as running:
-        yield running
-
-
-@pytest.fixture(scope="session")
-def kubectl(kubectl_binary: str, cluster: Cluster) -> Kubectl:
-    return Kubectl(kubectl_binary, cluster.kubeconfig)
-
-
-@pytest.fixture
-def namespace(kubectl: Kubectl, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace named after the test, with its default ServiceAccount ready; deleted after."""
-    slug = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].rstrip("-")
-    name = f"{slug}-{secrets.token_hex(3)}"
-    kubectl("create", "namespace", name)
-    try:
-        # Pods are rejected until the serviceaccount controller has made "default".
-        WaitFor(kubectl, name)(
-            lambda: kubectl.run("get", "serviceaccount", "default", namespace=name).returncode == 0,
-            timeout=30,
-            describe=f"the default ServiceAccount in {name}",
-        )
-        yield name
-    finally:
-        kubectl.run("delete", "namespace", name, "--wait=false")
-
-
-@pytest.fixture
-def wait_for(kubectl: Kubectl, namespace: str) -> WaitFor:
-    return WaitFor(kubectl, namespace)

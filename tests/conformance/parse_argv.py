@@ -3,8 +3,9 @@
 Reads ``{"engine": ..., "argvs": [[...], ...]}`` as JSON on stdin and prints one JSON object on a
 line starting with ``RESULT_MARKER`` (the engines log to stdout too): the parser's options and,
 per argv, whether it parsed, argparse's error otherwise, and the parsed values the tests check.
-Importing an engine takes seconds, so one process parses every argv. Only the standard library
-and the engine are importable here.
+Importing an engine takes seconds, so one process parses every argv; with ``--serve`` it answers
+one such request per line of stdin until stdin closes, so a test session imports each engine
+once. Only the standard library and the engine are importable here.
 """
 
 from __future__ import annotations
@@ -173,8 +174,7 @@ def _sglang(parser: argparse.ArgumentParser, argv: list[str]) -> dict[str, Any]:
     return result
 
 
-def main() -> None:
-    request = json.load(sys.stdin)
+def respond(request: dict[str, Any]) -> dict[str, Any]:
     argvs: list[list[str]] = request["argvs"]
     if request["engine"] == "vllm-bench":
         bench = _vllm_bench_parser()
@@ -190,7 +190,13 @@ def main() -> None:
     else:
         parser = _sglang_parser()
         response = {"options": _option_strings(parser), "results": [_sglang(parser, argv) for argv in argvs]}
-    print(RESULT_MARKER + json.dumps(response, default=str), flush=True)
+    return response
+
+
+def main() -> None:
+    requests = (json.loads(line) for line in sys.stdin) if "--serve" in sys.argv else [json.load(sys.stdin)]
+    for request in requests:
+        print(RESULT_MARKER + json.dumps(respond(request), default=str), flush=True)
 
 
 if __name__ == "__main__":

@@ -3,17 +3,10 @@ without speculation, and the load Job's ``vllm bench serve`` means what ``benchm
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
-import parse_argv
-from engine_venvs import run_helper
 from specdeploy import engines
 from specdeploy.benchmark import Load
 from test_engine_parsers import VALID, ParseAll, spec_of
 
-HELPER = Path(parse_argv.__file__)
-PARSE_TIMEOUT_S = 600
 SPECULATIVE_VALUES = {
     "vllm": ("speculative_config",),
     "sglang": (
@@ -38,12 +31,11 @@ def test_every_baseline_is_the_same_server_without_speculation(parse_all: ParseA
             assert {k: v for k, v in base_values.items() if k not in speculative} == others, (engine, name)
 
 
-def test_the_load_is_what_was_meant() -> None:
+def test_the_load_is_what_was_meant(parse_all: ParseAll) -> None:
     model = "Qwen/Qwen3-30B-A3B-Instruct-2507"
     load = Load(concurrencies=(1, 16), prompts=200, input_len=512, output_len=256, seed=3, temperature=0.0)
     argv = [*load.argv("http://10.1.2.3:8000", model, model, 16), "--save-result", "--result-dir", "/tmp/r"]
-    job = {"engine": "vllm-bench", "argvs": [argv, [*argv, "--no-such-flag"]]}
-    response: dict[str, Any] = run_helper("vllm", HELPER, job, parse_argv.RESULT_MARKER, PARSE_TIMEOUT_S)
+    response = parse_all("vllm-bench", [argv, [*argv, "--no-such-flag"]])
     parsed, refused = response["results"]
     assert parsed["ok"], parsed["error"]
     assert not refused["ok"] and "unrecognized arguments" in refused["error"]

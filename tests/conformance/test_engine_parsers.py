@@ -8,7 +8,6 @@ imported once per session, in its cached venv, and parses every case below.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,9 +19,9 @@ from specdeploy.engines import base as engines_base
 from specdeploy.engines import sglang, vllm
 from specdeploy.engines.base import OwnedFlag
 from specdeploy.modelinfo import ModelResolver
+from support.paths import REPO
 
 ParseAll = Callable[[str, list[list[str]]], dict[str, Any]]
-REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_405B = REPO / "manifests" / "examples" / "llama-3.1-405b-instruct-eagle3.yaml"
 
 # The first run installs the engines (minutes each); later runs reuse the venvs.

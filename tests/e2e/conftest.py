@@ -1,78 +1,93 @@
-"""One sandbox with an engine node, its model hub serving the tiny models by id, and one operator
-pointed at that hub, shared by the end-to-end tests that run real engines (each engine uses about
-4 GiB; the node has three slots: two pairs side by side and a benchmark's baseline). The
-operator reads engine metrics every 5 s, so acceptance tests see a verdict within seconds of
-their traffic.
+"""One sandbox with an engine node, its model hub serving the tiny models by id, one operator
+pointed at that hub, and two tiny pairs: shared by every end-to-end test, so each real engine
+loads once per session (a load costs 90-130 s of this machine's 2 cores).
+
+- The node has three slots: the two pairs side by side, and a third for a benchmark's baseline
+  or a test's own short-lived engine. It sits beside the default simulated GPU nodes, which the
+  demo's seed example needs.
+- The operator is registered as the sandbox's own, as ``specdeploy demo`` starts it, so the demo
+  test (last) finds the sandbox, the operator and the tiny example running, and ends it all with
+  ``sandbox down``. It reads engine metrics every 5 s, so acceptance tests see a verdict within
+  seconds of their traffic.
+- The tests use the shared engines in a fixed order (``ORDER``): the first watches them load,
+  the acceptance tests change only ``spec.acceptance`` (which leaves the engines running), the
+  benchmarks start baselines beside them, one test deletes a pair, and the demo comes last.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterator
 
 import pytest
 
-from clusterlib import Kubectl, WaitFor, wait_crd_established
-from enginelib import NS, REPO
+from enginelib import ENGINE_READY_S, NS, PAIRS, apply_pairs, pod_ip, sdep_when
+from specdeploy.sandbox import operator_process
 from specdeploy.sandbox.cluster import Sandbox
-from specdeploy.sandbox.operator_process import LocalOperator, start_operator
+from specdeploy.sandbox.operator_process import LocalOperator
+from support.kube import Kubectl, WaitFor, install_crd
+from support.sandboxes import ENGINES, running
 
-CRD_FILE = REPO / "crds" / "specdeploy.io_speculativedeployments.yaml"
-NODES = """
-nodeGroups:
-  - name: engine
-    count: 1
-    engine: true
-    # Declared for the scheduler: three engine pods' derived requests (4 CPUs, 8Gi each) and a
-    # bench load Job (1 CPU, 2Gi).
-    cpu: "16"
-    memory: 64Gi
-    gpu: {product: SANDBOX-CPU, count: 3, memoryMiB: 4096}
-"""
 READ_INTERVAL_S = 5
+# Test ids (or module prefixes of them) in the order they run; the rest of the suite keeps its
+# order around them.
+ORDER = (
+    "test_real_engine.py::test_the_example_runs_real_vllm_with_speculative_decoding",
+    "test_real_engine.py",
+    "test_acceptance.py",
+    "test_bench.py",
+    "test_real_engine.py::test_deleting_a_pair_stops_every_engine_process_within_the_grace_period",
+    "test_demo.py",
+)
 
 
-@pytest.fixture(scope="session")
+def _rank(item: pytest.Item) -> int:
+    """The position in ORDER of the longest entry that names ``item``."""
+    local = item.nodeid.split("/")[-1]
+    matches = [(len(entry), index) for index, entry in enumerate(ORDER) if local.startswith(entry)]
+    return max(matches)[1] if matches else len(ORDER)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The end-to-end tests in ORDER, in the slots they were collected in."""
+    here = os.path.dirname(__file__)
+    slots = [index for index, item in enumerate(items) if str(item.path).startswith(here + os.sep)]
+    ordered = sorted((items[index] for index in slots), key=_rank)
+    for index, item in zip(slots, ordered, strict=True):
+        items[index] = item
+
+
+@pytest.fixture(scope="package")
 def engine_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
-    root = tmp_path_factory.mktemp("engine-sandbox")
-    nodes_file = root / "nodes.yaml"
-    nodes_file.write_text(NODES)
-    sandbox = Sandbox(f"e2e-engine-{os.getpid()}", root)
-    try:
-        sandbox.up(nodes_file=nodes_file, owner_pid=os.getpid(), timeout=300)
+    with running(ENGINES, tmp_path_factory.mktemp("engine-sandbox"), f"e2e-engine-{os.getpid()}") as sandbox:
         yield sandbox
-    finally:
-        sandbox.down()
-        shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def k(engine_sandbox: Sandbox, kubectl_binary: str) -> Kubectl:
     return Kubectl(kubectl_binary, engine_sandbox.kubeconfig)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def wait(k: Kubectl) -> WaitFor:
     return WaitFor(k, NS)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def engine_operator(engine_sandbox: Sandbox, k: Kubectl) -> Iterator[LocalOperator]:
-    k("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
-    wait_crd_established(k, "speculativedeployments.specdeploy.io")
-    k("create", "namespace", NS)
-    workdir = engine_sandbox.dir / "operator-under-test"
-    running = start_operator(
-        engine_sandbox.kubeconfig,
-        workdir / "operator.log",
-        workdir / "tls",
-        extra_args=("--acceptance-interval", str(READ_INTERVAL_S)),
-        hub_endpoint=engine_sandbox.hub_endpoint(),
-        webhook_client_ca=engine_sandbox.webhook_client_ca(),
-    )
+    install_crd(k)
+    running_operator = operator_process.start_registered(engine_sandbox, READ_INTERVAL_S, detach=False)
     try:
-        yield running
+        yield running_operator
     finally:
-        running.stop()
-        print(f"\n--- operator log (tail) ---\n{running.log_tail()}")
+        running_operator.stop()
+        print(f"\n--- operator log (tail) ---\n{running_operator.log_tail()}")
+
+
+@pytest.fixture(scope="package")
+def pairs(engine_operator: LocalOperator, k: Kubectl, wait: WaitFor) -> dict[str, str]:
+    """Both shared pairs Ready (applied here unless the first test already did); their pod IPs."""
+    apply_pairs(k)
+    for name in PAIRS:
+        wait(lambda name=name: sdep_when(k, name, "Ready", "True"), ENGINE_READY_S, f"{name} to be Ready")
+    return {name: pod_ip(k, name) for name in PAIRS}

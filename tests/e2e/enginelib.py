@@ -1,53 +1,54 @@
-"""Helpers for the end-to-end tests on the sandbox's engine node (real vLLM on CPU)."""
+"""Helpers for the end-to-end tests on the sandbox's engine node (real vLLM on CPU), and the two
+tiny pairs every one of them shares (see ``conftest.py``)."""
 
 from __future__ import annotations
 
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from clusterlib import Kubectl, WaitFor
+from specdeploy.sandbox import tiny_models
+from support.kube import Kubectl, condition, get
+from support.paths import TINY_EXAMPLE
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "manifests" / "examples" / "sandbox-tiny-eagle3.yaml"
-NS = "engines"
+# Where `specdeploy demo` applies the tiny example, so the demo finds the shared pair running.
+NS = "default"
+# The tiny example itself (every proposal accepted), and the same pair with the draft whose every
+# proposal is refused.
+ALL = "tiny-qwen3-eagle3"
+NONE = "tiny-qwen3-eagle3-accept-none"
+PAIRS = {ALL: tiny_models.ACCEPT_ALL, NONE: tiny_models.ACCEPT_NONE}
 ENGINE_READY_S = 600.0
 
 
 def resource(name: str, speculator: str, **spec: Any) -> str:
     """The tiny example under another name and speculator, with extra spec fields."""
-    body = yaml.safe_load(EXAMPLE.read_text())
+    body = yaml.safe_load(TINY_EXAMPLE.read_text())
     body["metadata"]["name"] = name
     body["spec"]["speculator"]["model"] = speculator
     body["spec"].update(spec)
     return yaml.safe_dump(body)
 
 
-def get(k: Kubectl, *what: str) -> dict[str, Any]:
-    result: dict[str, Any] = json.loads(k("get", "-n", NS, *what, "-o", "json"))
-    return result
+def apply_pairs(k: Kubectl) -> None:
+    """Apply both shared pairs (unchanged when they run already): the example as written, and
+    the accept-none variant."""
+    k("apply", "-n", NS, "-f", str(TINY_EXAMPLE))
+    k("apply", "-n", NS, "-f", "-", input=resource(NONE, PAIRS[NONE]))
 
 
 def pods(k: Kubectl, name: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = get(k, "pods", "-l", f"app.kubernetes.io/instance={name}")["items"]
+    items: list[dict[str, Any]] = get(k, NS, "pods", "-l", f"app.kubernetes.io/instance={name}")["items"]
     return items
-
-
-def condition(body: dict[str, Any], type_: str) -> dict[str, Any]:
-    found = [c for c in (body.get("status") or {}).get("conditions") or [] if c["type"] == type_]
-    return found[0] if found else {}
 
 
 def sdep_when(k: Kubectl, name: str, type_: str, status: str | None = None) -> dict[str, Any] | None:
     """The resource once its ``type_`` condition exists (with ``status``, when given)."""
-    body = get(k, "sdep", name)
+    body = get(k, NS, "sdep", name)
     found = condition(body, type_)
     return body if found and (status is None or found["status"] == status) else None
 
@@ -89,17 +90,5 @@ def pod_ready(pod: dict[str, Any]) -> bool:
     return condition(pod, "Ready").get("status") == "True"
 
 
-@contextmanager
-def ready_pairs(k: Kubectl, wait: WaitFor, pairs: dict[str, str], **spec: Any) -> Iterator[dict[str, str]]:
-    """The tiny pairs ``{name: speculator}`` applied side by side and Ready; yields their pod IPs
-    by name, and deletes them (waiting for their pods to go) afterwards."""
-    for name, draft in pairs.items():
-        k("apply", "-n", NS, "-f", "-", input=resource(name, draft, **spec))
-    try:
-        for name in pairs:
-            wait(lambda name=name: sdep_when(k, name, "Ready", "True"), ENGINE_READY_S, f"{name} to be Ready")
-        yield {name: pods(k, name)[0]["status"]["podIP"] for name in pairs}
-    finally:
-        for name in pairs:
-            k("delete", "-n", NS, "sdep", name, "--wait=false")
-        wait(lambda: not any(pods(k, name) for name in pairs), 120, "the engine pods to be deleted")
+def pod_ip(k: Kubectl, name: str) -> str:
+    return str(pods(k, name)[0]["status"]["podIP"])

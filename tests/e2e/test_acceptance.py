@@ -1,38 +1,38 @@
 """Acceptance measured from real engines: the tiny pair whose draft is always right and the one
 whose draft is always wrong, both served by vLLM (CPU build) on the sandbox's engine node.
 
-The tests run in file order on one pair of engines: idle first (no verdict, no writes), then
-under traffic (a verdict each way), then an engine restart (its counters start again from 0).
+The tests run in file order on the session's shared pairs, given an acceptance policy of their
+own (a change that leaves the engines running, which the first test checks): idle first (no
+verdict, no writes), then under traffic (a verdict each way), then an engine restart (its
+counters start again from 0).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from clusterlib import Kubectl, WaitFor, metric_samples, operator_writes
 from enginelib import (
+    ALL,
     ENGINE_READY_S,
+    NONE,
     NS,
+    PAIRS,
     complete,
-    condition,
     engine_counters,
-    get,
     pod_ready,
     pods,
-    ready_pairs,
     sdep_when,
 )
-from specdeploy.sandbox import tiny_models
 from specdeploy.sandbox.cluster import Sandbox
 from specdeploy.sandbox.operator_process import LocalOperator
+from support.kube import Kubectl, WaitFor, condition, events, get, metric_samples, operator_writes
 
-ALL, NONE = "accept-all", "accept-none"
 MODEL = "sandbox/tiny-qwen3"
 WINDOW_S = 30
 POLICY = {"minDraftTokens": 150, "windowSeconds": WINDOW_S}
@@ -57,37 +57,62 @@ def _gauge(operator: LocalOperator, name: str, resource_name: str) -> float | No
     return found[0] if found else None
 
 
-def _events(k: Kubectl, name: str, reason: str) -> list[dict[str, Any]]:
-    selector = f"involvedObject.name={name},reason={reason}"
-    items: list[dict[str, Any]] = get(k, "events", "--field-selector", selector)["items"]
-    return items
+def _engine_pods(k: Kubectl) -> dict[str, tuple[str, int]]:
+    """Each pair's engine pod: (uid, restarts)."""
+    found = {name: pods(k, name)[0] for name in PAIRS}
+    return {
+        name: (pod["metadata"]["uid"], pod["status"]["containerStatuses"][0]["restartCount"])
+        for name, pod in found.items()
+    }
 
 
 @pytest.fixture(scope="module")
-def engines(engine_operator: LocalOperator, k: Kubectl, wait: WaitFor) -> Iterator[dict[str, str]]:
-    """Both pairs Ready; their pod IPs by resource name."""
-    with ready_pairs(
-        k, wait, {ALL: tiny_models.ACCEPT_ALL, NONE: tiny_models.ACCEPT_NONE}, acceptance=POLICY
-    ) as ips:
-        yield ips
+def engines(pairs: dict[str, str], k: Kubectl, wait: WaitFor) -> dict[str, Any]:
+    """The shared pairs under this module's acceptance policy, once the operator has taken it up;
+    their pod IPs, and their engine pods from before the change."""
+    before = _engine_pods(k)
+    for name in PAIRS:
+        k("patch", "-n", NS, "sdep", name, "--type=merge", "-p", json.dumps({"spec": {"acceptance": POLICY}}))
+    for name in PAIRS:
+
+        def taken_up(name: str = name) -> bool:
+            body = get(k, NS, "sdep", name)
+            return bool(body["status"].get("observedGeneration") == body["metadata"]["generation"])
+
+        wait(taken_up, 60, f"the operator to take up {name}'s acceptance policy")
+    return {"ips": pairs, "before": before}
+
+
+def test_a_new_acceptance_policy_leaves_the_engines_running(engines: dict[str, Any], k: Kubectl) -> None:
+    """``spec.acceptance`` is the operator's reading of the engines, not part of their pods."""
+    assert _engine_pods(k) == engines["before"]
+    for name in PAIRS:
+        stored = get(k, NS, "sdep", name)["spec"]["acceptance"]
+        assert {key: stored[key] for key in POLICY} == POLICY, stored
 
 
 def test_idle_engines_stay_unknown_and_cost_no_writes(
-    engines: dict[str, str],
+    engines: dict[str, Any],
     engine_sandbox: Sandbox,
     engine_operator: LocalOperator,
     k: Kubectl,
     wait: WaitFor,
 ) -> None:
     for name in (ALL, NONE):
+        # What earlier tests sent (a chat with the example) leaves the window first.
+        wait(
+            lambda name=name: _gauge(engine_operator, "specdeploy_acceptance_window_draft_tokens", name) == 0,
+            WINDOW_S + 30,
+            f"{name}'s window to empty",
+        )
         body = wait(lambda name=name: sdep_when(k, name, EFFECTIVE, "Unknown"), 60, f"{name}'s verdict")
         assert condition(body, EFFECTIVE)["reason"] in ("InsufficientSamples", "NotServing")
         wait(
-            lambda name=name: _events(k, name, "InsufficientSamples"),
+            lambda name=name: events(k, NS, name, "InsufficientSamples"),
             60,
             f"{name} waiting for samples, its Event posted",
         )
-        assert "acceptance" not in get(k, "sdep", name)["status"]
+        assert "acceptance" not in get(k, NS, "sdep", name)["status"]
     audit_log = engine_sandbox.audit_log
     mark = audit_log.stat().st_size
     start = _reads(engine_operator)
@@ -96,14 +121,14 @@ def test_idle_engines_stay_unknown_and_cost_no_writes(
     writes = operator_writes(audit_log, NS, mark)
     assert writes == [], [(w["verb"], w["objectRef"]) for w in writes]
     for name in (ALL, NONE):
-        assert condition(get(k, "sdep", name), EFFECTIVE)["reason"] == "InsufficientSamples"
+        assert condition(get(k, NS, "sdep", name), EFFECTIVE)["reason"] == "InsufficientSamples"
         assert _gauge(engine_operator, "specdeploy_acceptance_window_draft_tokens", name) == 0
 
 
 def test_traffic_gives_each_pair_its_verdict(
-    engines: dict[str, str], engine_operator: LocalOperator, k: Kubectl, wait: WaitFor
+    engines: dict[str, Any], engine_operator: LocalOperator, k: Kubectl, wait: WaitFor
 ) -> None:
-    for ip in engines.values():
+    for ip in engines["ips"].values():
         for _ in range(REQUESTS):
             assert complete(ip, MODEL, TOKENS) == TOKENS
 
@@ -123,9 +148,9 @@ def test_traffic_gives_each_pair_its_verdict(
     assert "mean acceptance length 1 tokens per verifier step" in low["message"]
     assert "check the pairing" in low["message"]
 
-    warnings = wait(lambda: _events(k, NONE, "LowAcceptance"), 30, "the LowAcceptance Event")
+    warnings = wait(lambda: events(k, NS, NONE, "LowAcceptance"), 30, "the LowAcceptance Event")
     assert warnings[0]["type"] == "Warning"
-    assert _events(k, ALL, "AcceptanceAboveThreshold")
+    assert events(k, NS, ALL, "AcceptanceAboveThreshold")
     assert _gauge(engine_operator, "specdeploy_acceptance_rate", ALL) == 1.0
     assert _gauge(engine_operator, "specdeploy_acceptance_mean_length", ALL) == 4.0
     assert _gauge(engine_operator, "specdeploy_speculation_effective", ALL) == 1.0
@@ -135,7 +160,7 @@ def test_traffic_gives_each_pair_its_verdict(
 
 
 def test_a_restarted_engine_counts_from_zero(
-    engines: dict[str, str], engine_operator: LocalOperator, k: Kubectl, wait: WaitFor
+    engines: dict[str, Any], engine_operator: LocalOperator, k: Kubectl, wait: WaitFor
 ) -> None:
     """After a restart the window holds exactly what the new engine process counted: its
     counters went back to 0, and nothing is negative, doubled or left over from before."""
@@ -163,6 +188,6 @@ def test_a_restarted_engine_counts_from_zero(
         VERDICT_S,
         f"the window to hold the {counted:.0f} draft tokens the restarted engine counted",
     )
-    figures = get(k, "sdep", ALL)["status"]["acceptance"]
+    figures = get(k, NS, "sdep", ALL)["status"]["acceptance"]
     assert (figures["rate"], figures["meanLength"]) == ("1", "4")
     assert _gauge(engine_operator, "specdeploy_acceptance_rate", ALL) == 1.0

@@ -3,9 +3,10 @@ one whose draft is always wrong must not, in the same run, and every failure mus
 leave nothing behind. Both pairs and each baseline are real vLLM (CPU build) on the engine node;
 the load is ``vllm bench serve`` in a Job on that node.
 
-The tests run in file order on one pair of engines: refusals first, then the accept-all pair
-(keeping its baseline, which the two load failures after it reuse), then the accept-none pair,
-then a baseline that cannot be scheduled and a run whose process is killed.
+The tests run in file order on the session's shared pairs: refusals first, then the accept-all
+pair (keeping its baseline), the accept-none pair (measured against that baseline: one verifier,
+one baseline), the two load failures (reusing it, then removing it), then an interrupted run, a
+killed one and a baseline that cannot be scheduled.
 """
 
 from __future__ import annotations
@@ -16,21 +17,19 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from clusterlib import Kubectl, WaitFor
-from enginelib import NS, condition, get, ready_pairs, resource, sdep_when
+from enginelib import ALL, NONE, NS, resource, sdep_when
 from specdeploy.benchmark import manifests
 from specdeploy.benchmark import session as bench
 from specdeploy.sandbox import tiny_models
 from specdeploy.sandbox.cluster import Sandbox
 from specdeploy.sandbox.operator_process import LocalOperator
+from support.kube import Kubectl, WaitFor, condition, events, get
 
-ALL, NONE = "bench-accept-all", "bench-accept-none"
 # Each level runs for a few seconds: with 8 requests a run lasts about a second, and one pause of
 # the 2-core machine in it can erase a 3x speed-up.
 PROMPTS = 16
@@ -38,12 +37,6 @@ LOAD = ("--concurrency", "1,4", "--prompts", str(PROMPTS), "--input-len", "32", 
 BENCH_TIMEOUT_S = 900.0
 GONE_S = 180.0
 MEASURED: dict[str, dict[str, Any]] = {}
-
-
-@pytest.fixture(scope="module")
-def engines(engine_operator: LocalOperator, k: Kubectl, wait: WaitFor) -> Iterator[dict[str, str]]:
-    with ready_pairs(k, wait, {ALL: tiny_models.ACCEPT_ALL, NONE: tiny_models.ACCEPT_NONE}) as ips:
-        yield ips
 
 
 def _bench(sandbox: Sandbox, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -72,13 +65,6 @@ def _nothing_left(k: Kubectl, wait: WaitFor, name: str, kept: tuple[str, ...] = 
     wait(settled, GONE_S, f"what the benchmark of {name} started to be removed: {_objects(k, name)}")
 
 
-def _events(k: Kubectl, name: str, reason: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = get(
-        k, "events", "--field-selector", f"involvedObject.name={name},reason={reason}"
-    )["items"]
-    return items
-
-
 def test_an_unknown_resource_is_refused(engine_sandbox: Sandbox, engine_operator: LocalOperator) -> None:
     done = _bench(engine_sandbox, "nope", *LOAD)
     assert done.returncode == bench.EXIT_USAGE, done.stderr
@@ -86,16 +72,19 @@ def test_an_unknown_resource_is_refused(engine_sandbox: Sandbox, engine_operator
 
 
 def test_a_resource_that_is_not_ready_is_refused(
-    engines: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor
+    pairs: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor
 ) -> None:
-    """A pair planned at TP 4 fits no node (3 slots): not Ready, so no baseline is started."""
+    """A pair planned at TP 4 of the engine node's product fits no node (3 slots): not Ready, so
+    no baseline is started."""
     k(
         "apply",
         "-n",
         NS,
         "-f",
         "-",
-        input=resource("too-big", tiny_models.ACCEPT_ALL, parallelism={"tensor": 4}),
+        input=resource(
+            "too-big", tiny_models.ACCEPT_ALL, parallelism={"tensor": 4, "gpuProduct": "SANDBOX-CPU"}
+        ),
     )
     try:
         wait(lambda: sdep_when(k, "too-big", "Ready", "False"), 120, "too-big to be not Ready")
@@ -108,11 +97,11 @@ def test_a_resource_that_is_not_ready_is_refused(
 
 
 def test_requests_longer_than_the_context_are_refused(
-    engines: dict[str, str], engine_sandbox: Sandbox, k: Kubectl
+    pairs: dict[str, str], engine_sandbox: Sandbox, k: Kubectl
 ) -> None:
     done = _bench(engine_sandbox, ALL, "--input-len", "500", "--output-len", "64")
     assert done.returncode == bench.EXIT_USAGE, done.stderr
-    assert "= 564 tokens per request, more than the 512 that bench-accept-all serves" in done.stderr
+    assert f"= 564 tokens per request, more than the 512 that {ALL} serves" in done.stderr
     assert _objects(k, ALL) == []
 
 
@@ -123,7 +112,7 @@ def _measured(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 
 
 def test_the_accept_all_pair_pays(
-    engines: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor, tmp_path: Path
+    pairs: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor, tmp_path: Path
 ) -> None:
     plot = tmp_path / "accept-all.png"
     body = _measured(
@@ -157,14 +146,14 @@ def test_the_accept_all_pair_pays(
     assert (body["engine"], body["tensorParallelSize"], body["gpuProduct"]) == ("vllm", 1, "SANDBOX-CPU")
     assert plot.read_bytes()[:4] == b"\x89PNG"
 
-    summary = json.loads(get(k, "sdep", ALL)["metadata"]["annotations"][manifests.SUMMARY_ANNOTATION])
+    summary = json.loads(get(k, NS, "sdep", ALL)["metadata"]["annotations"][manifests.SUMMARY_ANNOTATION])
     assert summary["speedup"] == {str(c): levels[c]["speedup"] for c in levels}
     assert summary["stopsPayingAbove"] == body["stopsPayingAbove"]
-    events = wait(lambda: _events(k, ALL, "Benchmarked"), 30, "the Benchmarked Event")
-    assert events[0]["type"] == "Normal" and "at concurrency 1" in events[0]["message"]
+    posted = wait(lambda: events(k, NS, ALL, "Benchmarked"), 30, "the Benchmarked Event")
+    assert posted[0]["type"] == "Normal" and "at concurrency 1" in posted[0]["message"]
 
     baseline = manifests.baseline_name(ALL)
-    kept = get(k, "deployment", baseline)
+    kept = get(k, NS, "deployment", baseline)
     assert kept["metadata"]["ownerReferences"][0]["name"] == ALL
     assert not any(
         "speculative" in arg for arg in kept["spec"]["template"]["spec"]["containers"][0]["command"]
@@ -172,8 +161,31 @@ def test_the_accept_all_pair_pays(
     _nothing_left(k, wait, ALL, kept=(baseline,))
 
 
+def test_the_accept_none_pair_does_not_pay(
+    pairs: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor
+) -> None:
+    """Measured against the accept-all pair's kept baseline: the same verifier without a draft."""
+    done = _bench(engine_sandbox, NONE, *LOAD, "--output", "json")
+    body = _measured(done)
+    shared = manifests.baseline_name(ALL)
+    assert f"reusing the kept baseline {NS}/{shared} of {ALL}" in done.stderr
+    assert body["baseline"] == {"name": shared, "kept": True}
+    levels = {level["concurrency"]: level for level in body["results"]}
+    assert levels[1]["speedup"] <= 1.1, body
+    assert levels[1]["speedup"] < MEASURED[ALL]["results"][0]["speedup"]
+    for level in levels.values():
+        assert (level["acceptance"]["rate"], level["acceptance"]["meanLength"]) == (0.0, 1.0)
+    if body["stopsPayingAbove"] == 0:
+        posted = wait(
+            lambda: events(k, NS, NONE, "SpeculationNotPaying"), 30, "the SpeculationNotPaying Event"
+        )
+        assert posted[0]["type"] == "Warning"
+    _nothing_left(k, wait, NONE)
+    assert get(k, NS, "deployment", shared)["metadata"]["ownerReferences"][0]["name"] == ALL
+
+
 def test_a_load_image_that_cannot_be_pulled_fails_fast(
-    engines: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor
+    pairs: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor
 ) -> None:
     started = time.monotonic()
     done = _bench(engine_sandbox, ALL, *LOAD, "--keep-baseline", "--load-image", "registry.invalid/none:1")
@@ -185,7 +197,7 @@ def test_a_load_image_that_cannot_be_pulled_fails_fast(
 
 
 def test_a_load_job_that_fails_shows_its_log_and_removes_the_baseline(
-    engines: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor
+    pairs: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor
 ) -> None:
     """An image without vLLM: the driver starts, ``vllm`` is not there, the Job fails."""
     done = _bench(engine_sandbox, ALL, *LOAD, "--load-image", "python:3.11-slim")
@@ -193,21 +205,6 @@ def test_a_load_job_that_fails_shows_its_log_and_removes_the_baseline(
     assert "the load Job failed; the end of its log:" in done.stderr
     assert "No such file or directory: 'vllm'" in done.stderr
     _nothing_left(k, wait, ALL)
-
-
-def test_the_accept_none_pair_does_not_pay(
-    engines: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor
-) -> None:
-    body = _measured(_bench(engine_sandbox, NONE, *LOAD, "--output", "json"))
-    levels = {level["concurrency"]: level for level in body["results"]}
-    assert levels[1]["speedup"] <= 1.1, body
-    assert levels[1]["speedup"] < MEASURED[ALL]["results"][0]["speedup"]
-    for level in levels.values():
-        assert (level["acceptance"]["rate"], level["acceptance"]["meanLength"]) == (0.0, 1.0)
-    if body["stopsPayingAbove"] == 0:
-        events = wait(lambda: _events(k, NONE, "SpeculationNotPaying"), 30, "the SpeculationNotPaying Event")
-        assert events[0]["type"] == "Warning"
-    _nothing_left(k, wait, NONE)
 
 
 def _start_until_baseline(sandbox: Sandbox, k: Kubectl, wait: WaitFor, *argv: str) -> subprocess.Popen[str]:
@@ -227,7 +224,7 @@ def _start_until_baseline(sandbox: Sandbox, k: Kubectl, wait: WaitFor, *argv: st
 
 
 def test_an_interrupted_run_removes_what_it_started(
-    engines: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor
+    pairs: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor
 ) -> None:
     """SIGTERM (and Ctrl-C) while the baseline starts: the CLI deletes the anchor and exits 130."""
     process = _start_until_baseline(engine_sandbox, k, wait, *LOAD)
@@ -242,7 +239,7 @@ def test_an_interrupted_run_removes_what_it_started(
 
 
 def test_a_killed_run_is_removed_by_the_cluster(
-    engines: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor
+    pairs: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor
 ) -> None:
     """SIGKILL leaves no chance to clean up: the anchor Job's deadline and TTL do it."""
     process = _start_until_baseline(engine_sandbox, k, wait, *LOAD, "--timeout", "30")
@@ -266,12 +263,12 @@ spec:
 
 
 def test_a_baseline_that_cannot_be_scheduled_says_what_it_needs(
-    engines: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor
+    pairs: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor
 ) -> None:
     k("apply", "-n", NS, "-f", "-", input=PLACEHOLDER)
     try:
         wait(
-            lambda: condition(get(k, "pod", "slot-holder"), "Ready").get("status") == "True",
+            lambda: condition(get(k, NS, "pod", "slot-holder"), "Ready").get("status") == "True",
             60,
             "the slot holder",
         )

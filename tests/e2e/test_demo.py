@@ -1,4 +1,13 @@
-"""README's main command, `specdeploy demo`, on a sandbox of its own, then `sandbox down`."""
+"""README's main command, `specdeploy demo`, then `sandbox down`: last of the end-to-end tests.
+
+It runs on the session's engine sandbox, which was started the way the demo starts one
+(``Sandbox.up`` with an engine node beside the default simulated GPU nodes), with the operator
+registered as the sandbox's own and the tiny example already serving. So the demo takes the path
+of a second run on a developer's machine: it reuses the sandbox and the operator, applies the
+seed example (Ready on the simulated H100 nodes) and the tiny example (unchanged, so no engine
+loads again), chats with the real engine, sends traffic and shows the acceptance verdict. Then
+`sandbox down` stops everything the session started, engines included.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +15,9 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from specdeploy.sandbox.cluster import Sandbox
+from support.paths import REPO
 
 
 def specdeploy(*args: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
@@ -23,8 +32,14 @@ def specdeploy(*args: str, env: dict[str, str], timeout: float) -> subprocess.Co
     )
 
 
-def test_demo_deploys_the_seed_example_and_a_real_engine_and_down_stops_everything(tmp_path: Path) -> None:
-    env = {**os.environ, "SPECDEPLOY_SANDBOX_ROOT": str(tmp_path), "SPECDEPLOY_SANDBOX": "e2e-demo"}
+def test_demo_deploys_the_seed_example_and_a_real_engine_and_down_stops_everything(
+    engine_sandbox: Sandbox, pairs: dict[str, str]
+) -> None:
+    env = {
+        **os.environ,
+        "SPECDEPLOY_SANDBOX_ROOT": str(engine_sandbox.root),
+        "SPECDEPLOY_SANDBOX": engine_sandbox.name,
+    }
     try:
         first = specdeploy("demo", env=env, timeout=900)
         assert first.returncode == 0, first.stdout + first.stderr
@@ -34,6 +49,7 @@ def test_demo_deploys_the_seed_example_and_a_real_engine_and_down_stops_everythi
         # The tiny pair ran on the engine node and answered a chat completion.
         assert "vllm serve sandbox/tiny-qwen3" in out
         assert re.search(r"==> reply: '.+'", out) and "/v1/chat/completions" in out
+        assert "SpeculationEffective=True" in out
         assert "specdeploy sandbox down" in out
         # Running it twice is harmless: the sandbox and the operator are reused.
         second = specdeploy("demo", env=env, timeout=300)

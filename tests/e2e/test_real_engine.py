@@ -1,26 +1,27 @@
 """A real engine: the tiny EAGLE-3 pair served by vLLM (CPU build) on a sandbox engine node.
 
-The sandbox, its model hub and the operator are shared with the other engine tests
-(``conftest.py``). The tests run in file order, one engine at a time (each uses about 4 GiB).
+The sandbox, its model hub, the operator and the two tiny pairs are shared with the other engine
+tests (``conftest.py``): the first test here watches the pairs load, the others start at most one
+short-lived engine beside them, and the deletion test runs after every other user of the pairs.
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 import yaml
 
-from clusterlib import Kubectl, WaitFor
 from enginelib import (
+    ALL,
     ENGINE_READY_S,
-    EXAMPLE,
+    NONE,
     NS,
-    condition,
+    apply_pairs,
     engine_counters,
-    get,
     health,
     pod_ready,
     pods,
@@ -31,6 +32,7 @@ from specdeploy.cli.demo import chat
 from specdeploy.sandbox import tiny_models
 from specdeploy.sandbox.cluster import Sandbox
 from specdeploy.sandbox.operator_process import LocalOperator
+from support.kube import Kubectl, WaitFor, condition, events, get
 
 GRACE_S = 60.0
 
@@ -48,11 +50,17 @@ def _agent_pid(sandbox: Sandbox) -> int:
     return agent.pid
 
 
+def _container_pid(pod: dict[str, Any]) -> int:
+    return int(pod["status"]["containerStatuses"][0]["containerID"].rsplit("/", 1)[-1])
+
+
 def test_the_example_runs_real_vllm_with_speculative_decoding(
     engine_sandbox: Sandbox, engine_operator: LocalOperator, k: Kubectl, wait: WaitFor
 ) -> None:
-    name = "tiny-qwen3-eagle3"
-    k("apply", "-n", NS, "-f", str(EXAMPLE))
+    """The example (the shared accept-all pair, applied with its accept-none twin) loads, turns
+    Ready only once the engine answers, runs exactly its status command and drafts."""
+    name = ALL
+    apply_pairs(k)
     pod = wait(lambda: next(iter(pods(k, name)), None), 120, "the engine pod")
     ip = wait(lambda: pods(k, name)[0]["status"].get("podIP"), 120, "the pod's IP")
 
@@ -78,9 +86,7 @@ def test_the_example_runs_real_vllm_with_speculative_decoding(
 
     # The engine node ran exactly the command the operator put in status.
     command = body["status"]["command"]
-    container = pod["status"]["containerStatuses"][0]
-    pid = int(container["containerID"].rsplit("/", 1)[-1])
-    argv = psutil.Process(pid).cmdline()
+    argv = psutil.Process(_container_pid(pod)).cmdline()
     script = next(i for i, arg in enumerate(argv) if Path(arg).name == command[0])
     assert argv[script + 1 :] == command[1:]
     assert "--speculative-config" in command
@@ -94,18 +100,23 @@ def test_the_example_runs_real_vllm_with_speculative_decoding(
     assert accepted == counters["vllm:spec_decode_num_draft_tokens_total"]
     assert "Initializing a V1 LLM engine" in k("logs", "-n", NS, pod["metadata"]["name"])
 
-    # Deleting the resource stops every engine process within the grace period.
+
+def test_deleting_a_pair_stops_every_engine_process_within_the_grace_period(
+    pairs: dict[str, str], k: Kubectl, wait: WaitFor
+) -> None:
+    """Run after every other user of the accept-none pair (the demo keeps the example)."""
+    pid = _container_pid(pods(k, NONE)[0])
     processes = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
     started = time.monotonic()
-    k("delete", "-n", NS, "sdep", name, "--wait=false")
+    k("delete", "-n", NS, "sdep", NONE, "--wait=false")
     _, alive = psutil.wait_procs(processes, timeout=GRACE_S + 15)
     assert not alive, f"engine processes left after deletion: {alive}"
-    wait(lambda: not pods(k, name), 60, "the engine pod to be deleted")
+    wait(lambda: not pods(k, NONE), 60, "the engine pod to be deleted")
     print(f"\nengine processes stopped {time.monotonic() - started:.1f}s after the delete")
 
 
 def test_a_refused_pair_never_reaches_an_engine(
-    engine_sandbox: Sandbox, engine_operator: LocalOperator, k: Kubectl, wait: WaitFor
+    engine_sandbox: Sandbox, pairs: dict[str, str], k: Kubectl, wait: WaitFor
 ) -> None:
     name = "refused"
     before = {p.pid for p in _engine_processes(_agent_pid(engine_sandbox))}
@@ -121,14 +132,14 @@ def test_a_refused_pair_never_reaches_an_engine(
         verdict = condition(body, "PairingVerified")
         assert (verdict["status"], verdict["reason"]) == ("False", "HiddenSizeMismatch"), verdict
         time.sleep(5)  # room for a wrong Deployment to show up
-        assert not get(k, "deployments")["items"]
+        assert not get(k, NS, "deployments", "-l", f"app.kubernetes.io/instance={name}")["items"]
         assert not pods(k, name)
     assert {p.pid for p in _engine_processes(_agent_pid(engine_sandbox))} == before
     k.run("delete", "-n", NS, "sdep", name, "--ignore-not-found")
 
 
 def test_an_engine_that_fails_to_load_shows_its_error_in_status(
-    engine_sandbox: Sandbox, engine_operator: LocalOperator, k: Kubectl, wait: WaitFor
+    pairs: dict[str, str], k: Kubectl, wait: WaitFor
 ) -> None:
     name = "broken-draft"
     k("apply", "-n", NS, "-f", "-", input=resource(name, tiny_models.BROKEN))
@@ -142,13 +153,13 @@ def test_an_engine_that_fails_to_load_shows_its_error_in_status(
     assert "exited with code 1" in degraded["message"], degraded
     assert "Engine core initialization failed" in degraded["message"], degraded
     assert condition(body, "Ready")["status"] == "False"
-    events = get(k, "events", "--field-selector", f"involvedObject.name={name}")["items"]
-    assert any(e["reason"] == "EngineCrashLoop" and e["type"] == "Warning" for e in events), events
+    posted = events(k, NS, name)
+    assert any(e["reason"] == "EngineCrashLoop" and e["type"] == "Warning" for e in posted), posted
     k("delete", "-n", NS, "sdep", name)
 
 
 def test_an_image_the_node_cannot_run_shows_as_a_pull_failure_in_status(
-    engine_sandbox: Sandbox, engine_operator: LocalOperator, k: Kubectl, wait: WaitFor
+    pairs: dict[str, str], k: Kubectl, wait: WaitFor
 ) -> None:
     name = "unknown-image"
     body = yaml.safe_load(resource(name, tiny_models.ACCEPT_ALL))

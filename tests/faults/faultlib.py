@@ -21,9 +21,9 @@ from typing import Any
 
 from kubernetes import client
 
-from clusterlib import metric_samples
 from specdeploy import api, children
 from specdeploy.sandbox.operator_process import LocalOperator, start_operator
+from support.kube import metric_samples
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 GPUS_PER_NODE = 8
@@ -66,11 +66,15 @@ class Apis:
     custom: client.CustomObjectsApi
     apps: client.AppsV1Api
     core: client.CoreV1Api
+    coordination: client.CoordinationV1Api
 
     @classmethod
     def of(cls, api_client: client.ApiClient) -> Apis:
         return cls(
-            client.CustomObjectsApi(api_client), client.AppsV1Api(api_client), client.CoreV1Api(api_client)
+            client.CustomObjectsApi(api_client),
+            client.AppsV1Api(api_client),
+            client.CoreV1Api(api_client),
+            client.CoordinationV1Api(api_client),
         )
 
     def resources(self, namespace: str) -> list[dict[str, Any]]:

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from clusterlib import Kubectl
 from faultlib import Apis, OperatorUnderFault, check_fleet, count, report, resource, wait_fleet
 from specdeploy.sandbox.cluster import Sandbox
+from support.kube import Kubectl, RoseThenQuiet, WaitFor
 
 RESOURCES = count("RESOURCES", 40)
 KILLS = count("KILLS", 5)
@@ -198,10 +198,13 @@ def test_drift_is_repaired_within_10_seconds_and_foreign_edits_are_left_alone(
             time.sleep(0.2)
         repaired[kind] = round(time.monotonic() - started, 2)
 
+    # Each edit of a child makes the operator reconcile its parent: once both passes are done
+    # (the counter rose twice, then stayed put for 2 s), whatever it would undo is undone.
+    reconciled = RoseThenQuiet(lambda: operator_under_fault.metric("specdeploy_reconciles_total"), 2, 2.0)
     fk("annotate", "deployment", "foreign", "team.example/owner=payments", namespace=fault_ns)
     fk("label", "service", "foreign", "team.example/tier=gold", namespace=fault_ns)
     applied_hash = _annotations(apis, fault_ns, "foreign")["specdeploy.io/applied-hash"]
-    time.sleep(REPAIR_LIMIT_S)
+    WaitFor(fk, fault_ns)(reconciled, REPAIR_LIMIT_S + 20, "the operator's passes over the foreign edits")
     annotations = _annotations(apis, fault_ns, "foreign")
     assert annotations.get("team.example/owner") == "payments"
     assert annotations["specdeploy.io/applied-hash"] == applied_hash
@@ -256,7 +259,7 @@ def test_a_resource_deleted_while_it_reconciles_gets_nothing_recreated(
             break
         time.sleep(0.5)
     assert left == [], left
-    time.sleep(15)
+    time.sleep(15)  # the observation window: no pass, retry or resync in it brings a child back
     assert _children(apis, fault_ns) == []
     assert apis.resources(fault_ns) == []
     assert _crashes(operator_under_fault.log_lines()) == []

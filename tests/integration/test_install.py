@@ -34,15 +34,13 @@ from typing import Any
 import pytest
 import yaml
 
-from clusterlib import Cluster, Kubectl, WaitFor, sandbox_cluster, wait_crd_established
 from specdeploy.sandbox.processes import stop_child
+from support.kube import Cluster, Kubectl, WaitFor, wait_crd_established
+from support.paths import CRD_NAME, EXAMPLES, REPO, SEED_EXAMPLE
+from support.sandboxes import PLAIN, running_cluster
 
-REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "specdeploy"
 INSTALL_YAML = REPO / "manifests" / "install.yaml"
-EXAMPLES = sorted((REPO / "manifests" / "examples").glob("*.yaml"))
-SEED = REPO / "manifests" / "examples" / "qwen3-30b-a3b-instruct-2507-eagle3.yaml"
-CRD_NAME = "speculativedeployments.specdeploy.io"
 RELEASE = "sd"
 RELEASE_NAMESPACE = "specdeploy-chart"
 FULLNAME = "sd-specdeploy"
@@ -94,9 +92,12 @@ class Helm:
 
 @pytest.fixture
 def fresh_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """A sandbox of this test's own: nothing installed but the control plane and its nodes."""
+    """A sandbox of this test's own: nothing installed but the control plane and its nodes. Its own
+    because an install owns cluster-wide objects (the CRD, the webhook configuration, cluster
+    roles) that the session's operator also uses, and the test checks an uninstall leaves the
+    cluster as it found it."""
     name = f"install-{os.getpid()}-{int(time.monotonic() * 1000) % 100000}"
-    with sandbox_cluster(tmp_path_factory.mktemp("install-sandbox"), name) as running:
+    with running_cluster(PLAIN, tmp_path_factory.mktemp("install-sandbox"), name) as running:
         yield running
 
 
@@ -191,7 +192,7 @@ def _writes_by(audit_log: Path, user: str, namespace: str) -> set[tuple[str, str
 
 
 def _seed(name: str, replicas: int = 1) -> str:
-    body = yaml.safe_load(SEED.read_text())
+    body = yaml.safe_load(SEED_EXAMPLE.read_text())
     body["metadata"]["name"] = name
     body["spec"]["replicas"] = replicas
     return json.dumps(body)
@@ -340,8 +341,8 @@ def test_install_yaml_applies_on_a_fresh_sandbox(fresh_cluster: Cluster, kubectl
 
 
 def test_every_example_passes_server_side_dry_run(kubectl: Kubectl, crd: None, namespace: str) -> None:
-    assert EXAMPLES
-    for example in EXAMPLES:
+    assert sorted(EXAMPLES.glob("*.yaml"))
+    for example in sorted(EXAMPLES.glob("*.yaml")):
         out = kubectl("apply", "--dry-run=server", "-f", str(example), namespace=namespace)
         assert "(server dry run)" in out, example.name
 
@@ -455,9 +456,11 @@ VALIDATION_NAMESPACES = ("specdeploy-system", "team-a", "team-b", "ops", "argocd
 
 @pytest.fixture(scope="module")
 def validating_kubectl(tmp_path_factory: pytest.TempPathFactory, kubectl_binary: str) -> Iterator[Kubectl]:
-    """A sandbox of its own with cert-manager's and the Prometheus Operator's CRDs installed."""
+    """A sandbox of its own with cert-manager's and the Prometheus Operator's CRDs installed: its
+    own because those CRDs and the install's namespaces are cluster-wide, and server-side dry runs
+    of our CRD under another field manager would conflict with the session's installed copy."""
     name = f"validate-{os.getpid()}-{int(time.monotonic() * 1000) % 100000}"
-    with sandbox_cluster(tmp_path_factory.mktemp("validate-sandbox"), name) as running:
+    with running_cluster(PLAIN, tmp_path_factory.mktemp("validate-sandbox"), name) as running:
         kubectl = Kubectl(kubectl_binary, running.kubeconfig)
         workdir = tmp_path_factory.mktemp("gomod")
         cert_manager = _go_module(CERT_MANAGER, workdir) / "deploy" / "crds"

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
-from clusterlib import Kubectl, wait_crd_established
+from support.kube import Kubectl, wait_crd_established
+from support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "specdeploy"
 GOLDEN_ENGINE = REPO / "tests" / "unit" / "golden" / "manifests" / "qwen3-30b-a3b-instruct-2507-eagle3.yaml"
 PROMETHEUS_OPERATOR = "github.com/prometheus-operator/prometheus-operator@v0.85.0"

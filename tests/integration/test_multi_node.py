@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from clusterlib import Cluster, Kubectl, RoseThenQuiet, WaitFor, operator_writes, reconciles
-from sdeplib import apply, condition, get
+from sdeplib import apply
 from specdeploy import api, children
 from specdeploy.children.leaderworkerset import ROLE_LABEL
 from specdeploy.sandbox import nodes
 from specdeploy.sandbox.operator_process import LocalOperator
+from support.kube import Cluster, Kubectl, RoseThenQuiet, WaitFor, condition, get, operator_writes, reconciles
 
 VERIFIER = "meta-llama/Llama-3.3-70B-Instruct"
 SPECULATOR = "RedHatAI/Llama-3.3-70B-Instruct-speculator.eagle3"

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from clusterlib import Cluster, Kubectl, WaitFor
-from sdeplib import EXAMPLE, apply, condition, container, get, ready
+from sdeplib import apply, container, ready
+from support.kube import Cluster, Kubectl, WaitFor, condition, get
+from support.paths import REPO, SEED_EXAMPLE
 
 pytestmark = pytest.mark.usefixtures("operator")
 
-REPO = Path(__file__).resolve().parents[2]
 SGLANG_EXAMPLE = REPO / "manifests" / "examples" / "qwen3-coder-30b-a3b-instruct-sglang-eagle3.yaml"
 
 
@@ -45,7 +44,7 @@ def wait_for_condition(
 
 def apply_example_on(kubectl: Kubectl, namespace: str, name: str, gpu_product: str) -> None:
     """The example pair at TP 1, named ``name``, asking for one GPU product."""
-    body: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    body: dict[str, Any] = yaml.safe_load(SEED_EXAMPLE.read_text())
     body["metadata"]["name"] = name
     body["spec"]["parallelism"] = {"tensor": 1, "gpuProduct": gpu_product}
     apply(kubectl, namespace, body)
@@ -94,7 +93,7 @@ def test_opting_out_of_a_verifier_mismatch_is_admitted_with_a_warning(
 def test_an_update_that_breaks_the_pair_keeps_the_last_good_deployment(
     kubectl: Kubectl, namespace: str, wait_for: WaitFor
 ) -> None:
-    body: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    body: dict[str, Any] = yaml.safe_load(SEED_EXAMPLE.read_text())
     apply(kubectl, namespace, body)
     wait_for(lambda: ready(kubectl, namespace, body["metadata"]["name"]), 90, "Ready")
     name = body["metadata"]["name"]
@@ -142,7 +141,7 @@ def test_an_update_that_breaks_the_pair_keeps_the_last_good_deployment(
     kept = get(kubectl, namespace, "deployment", name)
     assert container(kept)["command"] == container(good)["command"]
     assert kept["metadata"]["generation"] == good["metadata"]["generation"]
-    assert condition(current, "Ready")["reason"] == "PreviousVersionServing"  # type: ignore[index]
+    assert condition(current, "Ready")["reason"] == "PreviousVersionServing"
     assert [p["status"]["phase"] for p in pods_of(kubectl, namespace, name)] == ["Running"]
 
 

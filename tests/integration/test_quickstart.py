@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from clusterlib import Cluster, Kubectl
-from sdeplib import REPO, get
+from support.kube import Cluster, Kubectl, get
+from support.paths import REPO
 
 pytestmark = pytest.mark.usefixtures("operator")
 

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 import yaml
 
-from clusterlib import Cluster, Kubectl, RoseThenQuiet, WaitFor, operator_writes, reconciles
-from sdeplib import EXAMPLE, apply, condition, container, get, ready
+from sdeplib import apply, container, ready
 from specdeploy.sandbox.operator_process import LocalOperator
+from support.kube import Cluster, Kubectl, RoseThenQuiet, WaitFor, condition, get, operator_writes, reconciles
+from support.paths import SEED_EXAMPLE
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -26,7 +27,7 @@ SEED_SPECULATIVE_CONFIG = {
 
 
 def example(**spec_changes: Any) -> dict[str, Any]:
-    body: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    body: dict[str, Any] = yaml.safe_load(SEED_EXAMPLE.read_text())
     body["spec"].update(spec_changes)
     return body
 
@@ -53,7 +54,7 @@ def test_seed_example_becomes_ready_on_a_gpu_node(
     assert body["status"]["command"] == command
     assert body["status"]["verifier"] == "Qwen/Qwen3-30B-A3B-Instruct-2507"
     assert body["status"]["endpoint"] == f"http://qwen3-30b-a3b-eagle3.{namespace}.svc:8000/v1"
-    assert condition(body, "PairingVerified")["status"] == "True"  # type: ignore[index]
+    assert condition(body, "PairingVerified")["status"] == "True"
 
     owner = deployment["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"], owner["controller"]) == (

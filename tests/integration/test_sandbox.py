@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from clusterlib import Cluster, Kubectl, WaitFor, wait_crd_established
+from support.kube import Cluster, Kubectl, WaitFor, wait_crd_established
 
 pytestmark = pytest.mark.cluster
 

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from support.paths import REPO
+
 pytestmark = pytest.mark.cluster
 
-REPO = Path(__file__).resolve().parents[2]
 RESOURCES = 50
 FIGURES = (
     "resources",

@@ -23,8 +23,8 @@ import yaml
 
 import specdeploy
 from specdeploy.sandbox import binaries
+from support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "specdeploy"
 INSTALL_YAML = REPO / "manifests" / "install.yaml"
 INSTALL_NAMESPACE = "specdeploy-system"

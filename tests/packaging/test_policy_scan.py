@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from specdeploy.sandbox import venvs
+from support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "specdeploy"
 DOC = REPO / "docs" / "engine-pods.md"
 EXAMPLES = sorted((REPO / "manifests" / "examples").glob("qwen3-*.yaml"))

@@ -27,8 +27,8 @@ import yaml
 
 import specdeploy
 from specdeploy.sandbox import binaries
+from support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 WORKFLOWS = REPO / ".github" / "workflows"
 RELEASE = WORKFLOWS / "release.yaml"
 DOCKERFILE = REPO / "Dockerfile"

@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 import yaml
 
+from support.paths import REPO
+
 lua51 = pytest.importorskip("lupa.lua51")
 
-REPO = Path(__file__).resolve().parents[2]
 ARGOCD = REPO / "manifests" / "gitops" / "argocd"
 HEALTH_LUA = ARGOCD / "health.lua"
 ARGOCD_CM = ARGOCD / "argocd-cm.yaml"

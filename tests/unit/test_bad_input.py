@@ -18,13 +18,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fuzzlib import any_spec, configmap_data, example_spec, node_labels, secret_values
 from specdeploy import api, pipeline
 from specdeploy.api.spec import QUANTITY_PATTERN
 from specdeploy.controller import admission
 from specdeploy.modelinfo import ModelResolver, RetryPolicy
 from specdeploy.planning import inventory_from_nodes
 from specdeploy.sandbox.nodes import gpu_node, node_manifest
+from support.fuzz import any_spec, configmap_data, example_spec, node_labels, secret_values
 
 NAMESPACE = "team"
 H100 = "NVIDIA-H100-80GB-HBM3"

@@ -13,6 +13,7 @@ import yaml
 from specdeploy import engines
 from specdeploy.benchmark import load, manifests, report, results
 from specdeploy.benchmark.driver import MARK
+from specdeploy.children.labels import owner_reference
 from specdeploy.cli.bench import _levels
 from test_engine_render import SEED_000, SEED_003, spec_of
 
@@ -113,6 +114,26 @@ def test_template_hash_follows_the_template() -> None:
     key = manifests.TEMPLATE_HASH_ANNOTATION
     assert first["metadata"]["annotations"][key] == again["metadata"]["annotations"][key]
     assert first["metadata"]["annotations"][key] != other["metadata"]["annotations"][key]
+
+
+def test_a_kept_baseline_of_the_same_pod_serves_another_resource() -> None:
+    """Two resources of one verifier (drafts differ): their baselines run the same pod, so one
+    kept baseline serves both; a baseline of a run (owned by its Job) or of another pod does not."""
+    speculative = _golden("qwen3-30b-a3b-instruct-2507-eagle3", "Deployment")
+    kept, _ = manifests.baseline(speculative, "draft-a", owner_reference(RESOURCE))
+    wanted, _ = manifests.baseline(speculative, "draft-b", manifests.job_owner(RUN))
+    key = manifests.TEMPLATE_HASH_ANNOTATION
+    hashed = wanted["metadata"]["annotations"][key]
+    assert kept["metadata"]["annotations"][key] == hashed
+    assert manifests.kept_baseline_like([kept], hashed) is kept
+
+    running, _ = manifests.baseline(speculative, "draft-a", manifests.job_owner(RUN))
+    changed = copy.deepcopy(speculative)
+    _engine_container(changed)["image"] = "vllm/vllm-openai:v0.34.0"
+    other, _ = manifests.baseline(changed, "draft-c", owner_reference(RESOURCE))
+    going = copy.deepcopy(kept)
+    going["metadata"]["deletionTimestamp"] = "2026-12-04T00:00:00Z"
+    assert manifests.kept_baseline_like([running, other, going], hashed) is None
 
 
 def test_names_fit_a_dns_label() -> None:

@@ -60,3 +60,21 @@ def test_working_dir_is_mapped_when_in_a_mount_else_the_pod_directory(tmp_path: 
     assert working_dir(pod, paths, {**CONTAINER, "workingDir": "/data"}) == pod.volume("data") / "run1"
     assert working_dir(pod, paths, {**CONTAINER, "workingDir": "/app"}) == pod.root
     assert working_dir(pod, paths, CONTAINER) == pod.root
+
+
+def test_pods_of_one_node_share_its_compile_cache_unless_they_mount_one(tmp_path: Path) -> None:
+    node_cache = tmp_path / "node-cache"
+    first, second = PodDir(tmp_path / "first"), PodDir(tmp_path / "second")
+    prepare(first, CONTAINER, node_cache)
+    prepare(second, CONTAINER, node_cache)
+    (first.home / ".cache" / "vllm" / "torch_compile_cache").mkdir()
+    assert (second.home / ".cache" / "vllm" / "torch_compile_cache").is_dir()
+    assert (node_cache / "vllm" / "torch_compile_cache").is_dir()
+
+    mounted = {**CONTAINER, "volumeMounts": [{"name": "own", "mountPath": "/root/.cache/vllm"}]}
+    own = PodDir(tmp_path / "own")
+    prepare(own, mounted, node_cache)
+    assert (own.home / ".cache" / "vllm").resolve() == own.volume("own").resolve()
+    without = PodDir(tmp_path / "without")
+    prepare(without, CONTAINER)
+    assert not (without.home / ".cache" / "vllm").exists()

@@ -14,8 +14,8 @@ from specdeploy.controller.main import apply_hub_endpoint
 from specdeploy.modelinfo import ModelResolver, ModelUnavailable
 from specdeploy.modelinfo import resolver as resolver_module
 from specdeploy.modelinfo.hub import ENDPOINT_ENV, HubEndpointError, check_endpoint, default_endpoint
+from support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "manifests" / "examples" / "qwen3-30b-a3b-instruct-2507-eagle3.yaml"
 MIRROR = "https://hf-mirror.example.internal/hub"
 

@@ -19,10 +19,10 @@ from typing import ClassVar
 
 import pytest
 
-import loopback
 from pairing_support import write_tokenizer
 from specdeploy.modelinfo import ModelResolver, ModelUnavailable, RetryPolicy, info_from_config
 from specdeploy.pairing import check_pair
+from support import loopback
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 FAST = RetryPolicy(attempts=3, initial_delay=0.01, max_delay=0.02, request_timeout=1.0)

@@ -17,8 +17,8 @@ from specdeploy.children.leaderworkerset import LEADER_SELECTOR, ROLE_LABEL
 from specdeploy.cli import main
 from specdeploy.modelinfo import ModelResolver
 from specdeploy.planning import Reason
+from support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_405B = REPO / "manifests" / "examples" / "llama-3.1-405b-instruct-eagle3.yaml"
 H100_NODES = "h100-80gb:8x4"
 

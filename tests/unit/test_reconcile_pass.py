@@ -34,8 +34,8 @@ from specdeploy.modelinfo import ModelResolver
 from specdeploy.planning import inventory_from_nodes
 from specdeploy.planning.inventory import planner_view
 from specdeploy.sandbox.nodes import gpu_node, load_node_specs, node_manifest
+from support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "manifests" / "examples" / "qwen3-30b-a3b-instruct-2507-eagle3.yaml"
 NAMESPACE = "models"
 NAME = "qwen3-30b-a3b-eagle3"

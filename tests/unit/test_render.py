@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from specdeploy.cli import main
+from support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 # The sandbox examples name models only the sandbox's hub serves; tests/e2e renders those.
 EXAMPLES = sorted(
     e for e in (REPO / "manifests" / "examples").glob("*.yaml") if not e.name.startswith("sandbox-")

@@ -64,6 +64,22 @@ def labels(name: str, role: str) -> dict[str, str]:
     return {children.MANAGED_BY_LABEL: MANAGED_BY, BENCHMARK_OF_LABEL: name, ROLE_LABEL: role}
 
 
+BASELINES_SELECTOR = f"{children.MANAGED_BY_LABEL}={MANAGED_BY},{ROLE_LABEL}=baseline"
+
+
+def kept_baseline_like(deployments: list[dict[str, Any]], template_hash_: str) -> dict[str, Any] | None:
+    """Among baseline Deployments, a kept one (owned by its SpeculativeDeployment, so no run will
+    remove it) whose pod is the one ``template_hash_`` describes: another resource's baseline
+    that serves this one too."""
+    for deployment in deployments:
+        meta = deployment["metadata"]
+        kept = any(ref.get("kind") == api.KIND for ref in meta.get("ownerReferences") or [])
+        same = (meta.get("annotations") or {}).get(TEMPLATE_HASH_ANNOTATION) == template_hash_
+        if kept and same and not meta.get("deletionTimestamp"):
+            return deployment
+    return None
+
+
 def job_owner(job: dict[str, Any]) -> dict[str, Any]:
     """An owner reference to the run Job (not a controller: nothing but the GC acts on it)."""
     meta = job["metadata"]
@@ -131,13 +147,17 @@ def baseline(
         children.INSTANCE_LABEL: baseline_name(name),
     }
     user = {k: v for k, v in (template["metadata"].get("labels") or {}).items() if k not in OWN_LABELS}
+    # Hashed before the run's own labels go on: two resources whose baselines would run the same
+    # pod (one verifier, engine, image and placement; drafts differ) get the same hash.
+    template["metadata"]["labels"] = user
+    hashed = template_hash(template)
     template["metadata"]["labels"] = {**user, **own}
     selector = {NAME_LABEL: own[NAME_LABEL], children.INSTANCE_LABEL: own[children.INSTANCE_LABEL]}
     metadata = {
         "name": baseline_name(name),
         "namespace": namespace,
         "labels": own,
-        "annotations": {TEMPLATE_HASH_ANNOTATION: template_hash(template)},
+        "annotations": {TEMPLATE_HASH_ANNOTATION: hashed},
         "ownerReferences": [owner],
     }
     deployment = {

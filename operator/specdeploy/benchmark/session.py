@@ -77,7 +77,15 @@ class Session:
         self.resource: dict[str, Any] = {}
         self.deployment: dict[str, Any] = {}
         self.run_job: dict[str, Any] | None = None
+        # The baseline this run started or took over (None when it measures against another
+        # resource's kept one, which it leaves as it is), and the name of the one it measures.
         self.baseline: tuple[dict[str, Any], dict[str, Any]] | None = None
+        self.baseline_name = manifests.baseline_name(self.name)
+
+    @property
+    def shares_baseline(self) -> bool:
+        """Whether the run measures against another resource's kept baseline."""
+        return self.baseline_name != manifests.baseline_name(self.name)
 
     # -- reading the cluster ----------------------------------------------------------------------
 
@@ -283,12 +291,31 @@ class Session:
             else manifests.job_owner(self.run_job)
         )
 
+    def _shared_baseline(self, wanted: str) -> dict[str, Any] | None:
+        """Another resource's kept baseline that runs the very pod this run's baseline would."""
+        found = self.kube.apps.list_namespaced_deployment(
+            self.namespace, label_selector=manifests.BASELINES_SELECTOR
+        )
+        return manifests.kept_baseline_like([self._dict(d) for d in found.items], wanted)
+
     def start_baseline(self) -> dict[str, Any]:
-        """The baseline Deployment (a kept one reused when its template is unchanged), once Ready."""
+        """The baseline Deployment, once Ready: this resource's kept one when its template is
+        unchanged, else another resource's kept one that runs the same pod, else a new one."""
         deployment, service = manifests.baseline(self.deployment, self.name, self._owner())
         name = deployment["metadata"]["name"]
         found = self._read(self.kube.apps.read_namespaced_deployment, name)
         wanted = deployment["metadata"]["annotations"][manifests.TEMPLATE_HASH_ANNOTATION]
+        shared = self._shared_baseline(wanted) if found is None else None
+        if shared is not None:
+            meta = shared["metadata"]
+            self.baseline_name = meta["name"]
+            say(
+                f"reusing the kept baseline {self.namespace}/{meta['name']} of "
+                f"{meta['labels'][manifests.BENCHMARK_OF_LABEL]}: the same pod without the speculator"
+            )
+            return self._watch_pod(
+                "baseline", shared["spec"]["selector"]["matchLabels"], EXIT_BASELINE, ready=True
+            )
         if found is not None:
             kept = (found["metadata"].get("annotations") or {}).get(manifests.TEMPLATE_HASH_ANNOTATION)
             if kept == wanted:
@@ -377,7 +404,8 @@ class Session:
                 self.kube.apply(manifest)
             say(f"kept the baseline {self.namespace}/{self.baseline[0]['metadata']['name']}")
         self._delete_job(self.run_job["metadata"]["name"])
-        say("removed the run's Jobs" + ("" if self.options.keep_baseline else " and the baseline"))
+        kept = self.options.keep_baseline or self.shares_baseline
+        say("removed the run's Jobs" + ("" if kept else " and the baseline"))
         self.run_job = None
 
     def report(self, comparison: Comparison) -> dict[str, Any]:
@@ -396,7 +424,10 @@ class Session:
             "tensorParallelSize": status.get("tensorParallelSize"),
             "gpuProduct": planned.get("gpuProduct"),
             "gpusPerReplica": planned.get("gpusPerReplica"),
-            "baseline": {"name": manifests.baseline_name(self.name), "kept": self.options.keep_baseline},
+            "baseline": {
+                "name": self.baseline_name,
+                "kept": self.options.keep_baseline or self.shares_baseline,
+            },
             "load": self.options.load.describe(),
             **comparison.to_json(),
         }

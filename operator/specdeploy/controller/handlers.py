@@ -239,6 +239,10 @@ async def stop_background(memo: OperatorMemo, **_: Any) -> None:
         await reader.close()
     if memo.elector is not None:
         await asyncio.get_running_loop().run_in_executor(None, memo.elector.release)
+    # kopf waits for a threading.Event stop flag in a thread of the default executor, which
+    # asyncio.run joins on the way out: unset, it kept the process alive after SIGTERM until the
+    # kubelet's SIGKILL.
+    memo.stop.set()
 
 
 def validate(body: kopf.Body, memo: OperatorMemo, **_: Any) -> None:

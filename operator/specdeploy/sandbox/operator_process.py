@@ -164,20 +164,28 @@ def running_pid(sandbox: Sandbox) -> int | None:
     return None
 
 
-def ensure_running(sandbox: Sandbox) -> int:
-    """The sandbox's operator, started detached (and registered) unless it already runs."""
-    pid = running_pid(sandbox)
-    if pid is not None:
-        return pid
+def start_registered(
+    sandbox: Sandbox, read_interval_s: int = SANDBOX_READ_INTERVAL_S, detach: bool = True
+) -> LocalOperator:
+    """Start the sandbox's operator and register it in the sandbox's state, so ``sandbox down``
+    stops it and ``specdeploy demo`` finds it running; ``detach`` outlives this process."""
     running = start_operator(
         sandbox.kubeconfig,
         log_path(sandbox),
         sandbox.dir / "webhook-tls",
-        extra_args=("--acceptance-interval", str(SANDBOX_READ_INTERVAL_S)),
-        detach=True,
+        extra_args=("--acceptance-interval", str(read_interval_s)),
+        detach=detach,
         hub_endpoint=sandbox.hub_endpoint(),
         webhook_client_ca=sandbox.webhook_client_ca(),
     )
     pid = running.process.pid
     sandbox.register_process(NAME, pid, process_start_time(pid), list(running.ports))
-    return pid
+    return running
+
+
+def ensure_running(sandbox: Sandbox) -> int:
+    """The sandbox's operator, started detached (and registered) unless it already runs."""
+    pid = running_pid(sandbox)
+    if pid is not None:
+        return pid
+    return start_registered(sandbox).process.pid

@@ -61,6 +61,9 @@ MAX_SLEEP_S = 5.0
 KILL_WAIT_S = 5.0
 DELETE_ATTEMPTS = 8
 PROBE_KINDS = ("startup", "readiness", "liveness")
+# Under the node's state directory: caches its pods share (see volumes.NODE_CACHES); kept across
+# agent restarts, unlike the pods' own directories.
+NODE_CACHE_DIR = "cache"
 
 log = logging.getLogger(__name__)
 
@@ -338,7 +341,7 @@ class PodWorker:
             return
         c.pull_failures = 0
         try:
-            paths = prepare(self.dir, c.spec)
+            paths = prepare(self.dir, c.spec, self.context.state_dir / NODE_CACHE_DIR)
             defined = container_env(pod, c.spec, self.pod_ip, HOST_IP, self._lookup)
             argv = [paths.rewrite(token) for token in container_argv(c.spec, defined, image.entrypoint)]
             probes = {kind: parse_probe(c.spec[f"{kind}Probe"], c.spec)

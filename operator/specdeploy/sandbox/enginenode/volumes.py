@@ -15,6 +15,11 @@ volume's directory in its place, and the working directory is mapped the same wa
 ``/root`` is also linked from the same place under ``home/`` so tools that derive paths from
 HOME (huggingface_hub's ``~/.cache/huggingface``) land in the volume. A volume mounted at
 ``/dev/shm`` is left alone: the host's /dev/shm serves.
+
+The node keeps caches of its own that every pod's HOME links to, as a hostPath would on a real GPU
+node: ``~/.cache/vllm`` (torch.compile artefacts, keyed by vLLM on the model and configuration)
+points to the node's directory unless the pod mounts something there itself, so the second
+engine of a configuration on a node skips the compilation. The pod spec is not changed.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from typing import Any
 
 IMAGE_HOME = "/root"
 HOST_PATHS = ("/dev/shm",)
+# Paths under HOME that the node's shared cache directory stands for, by its subdirectory.
+NODE_CACHES = {".cache/vllm": "vllm"}
 DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 
 
@@ -93,8 +100,15 @@ def path_map(pod_dir: PodDir, container: Mapping[str, Any]) -> PathMap:
     return PathMap(tuple(entries))
 
 
-def prepare(pod_dir: PodDir, container: Mapping[str, Any]) -> PathMap:
-    """Create the container's directories and HOME links; returns its path map."""
+def _link(link: Path, target: Path) -> None:
+    link.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.symlink(target, link, target_is_directory=True)
+
+
+def prepare(pod_dir: PodDir, container: Mapping[str, Any], node_cache: Path | None = None) -> PathMap:
+    """Create the container's directories and HOME links (to its mounts under ``/root``, and to
+    the node's caches under ``node_cache`` where no mount covers them); returns its path map."""
     paths = path_map(pod_dir, container)
     pod_dir.home.mkdir(parents=True, exist_ok=True)
     pod_dir.termination_log(container["name"]).parent.mkdir(parents=True, exist_ok=True)
@@ -106,10 +120,12 @@ def prepare(pod_dir: PodDir, container: Mapping[str, Any]) -> PathMap:
         target = pod_dir.volume(mount["name"]) / mount.get("subPath", "")
         target.mkdir(parents=True, exist_ok=True)
         if mount_path.is_relative_to(IMAGE_HOME) and mount_path != PurePosixPath(IMAGE_HOME):
-            link = pod_dir.home / mount_path.relative_to(IMAGE_HOME)
-            link.parent.mkdir(parents=True, exist_ok=True)
-            with contextlib.suppress(FileExistsError):
-                os.symlink(target, link, target_is_directory=True)
+            _link(pod_dir.home / mount_path.relative_to(IMAGE_HOME), target)
+    if node_cache is not None:
+        for under_home, name in NODE_CACHES.items():
+            if paths.host_path(f"{IMAGE_HOME}/{under_home}") is None:
+                (node_cache / name).mkdir(parents=True, exist_ok=True)
+                _link(pod_dir.home / under_home, node_cache / name)
     return paths
 
 

@@ -13,16 +13,14 @@ from __future__ import annotations
 import copy
 import json
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import yaml
 from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
 
-REPO = Path(__file__).resolve().parents[1]
-CRD_FILE = REPO / "crds" / "specdeploy.io_speculativedeployments.yaml"
-EXAMPLE = REPO / "manifests" / "examples" / "qwen3-30b-a3b-instruct-2507-eagle3.yaml"
+from support.paths import CRD_FILE, REPO, SEED_EXAMPLE
+
 PAIRING_FIXTURES = REPO / "tests" / "unit" / "fixtures" / "pairing"
 CONFIG_KEYS = ("verifier.json", "speculator.json")
 NODE_LABELS = (
@@ -64,7 +62,7 @@ def _scrub(value: Any) -> Any:
 
 
 def example_spec() -> dict[str, Any]:
-    spec: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())["spec"]
+    spec: dict[str, Any] = yaml.safe_load(SEED_EXAMPLE.read_text())["spec"]
     return spec
 
 

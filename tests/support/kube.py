@@ -1,10 +1,11 @@
-"""Helpers for tests that talk to a real (sandbox) cluster: kubectl, bounded waits, diagnostics."""
+"""Helpers for tests that talk to a real (sandbox) cluster: kubectl, objects and their conditions,
+bounded waits with diagnostics, the operator's writes and metrics."""
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
+import re
+import secrets
 import subprocess
 import time
 import urllib.request
@@ -17,8 +18,8 @@ from typing import Any, TypeVar
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from specdeploy.sandbox.cluster import Sandbox
 from specdeploy.sandbox.operator_process import LocalOperator
+from support.paths import CRD_FILE, CRD_NAME
 
 T = TypeVar("T")
 
@@ -110,16 +111,48 @@ def wait_crd_established(kubectl: Kubectl, name: str, timeout: float = 60.0) -> 
 
 
 @contextmanager
-def sandbox_cluster(root: Path, name: str, engine_nodes: int = 0) -> Iterator[Cluster]:
-    """A sandbox under ``root`` for the block's duration; stopped even when the block fails, and
-    by its watchdog if this process dies. Without engine nodes unless asked: every pod a phantom."""
-    sandbox = Sandbox(name, root)
+def fresh_namespace(kubectl: Kubectl, test_name: str) -> Iterator[str]:
+    """A fresh namespace named after the test, with its default ServiceAccount ready (pods are
+    refused until the serviceaccount controller made it); deleted afterwards, without waiting."""
+    slug = re.sub(r"[^a-z0-9-]+", "-", test_name.lower()).strip("-")[:40].rstrip("-")
+    name = f"{slug}-{secrets.token_hex(3)}"
+    kubectl("create", "namespace", name)
     try:
-        sandbox.up(owner_pid=os.getpid(), engine_nodes=engine_nodes)
-        yield Cluster(sandbox.kubeconfig, sandbox.pod_cidr(), sandbox.audit_log, sandbox.webhook_client_ca())
+        WaitFor(kubectl, name)(
+            lambda: kubectl.run("get", "serviceaccount", "default", namespace=name).returncode == 0,
+            timeout=30,
+            describe=f"the default ServiceAccount in {name}",
+        )
+        yield name
     finally:
-        sandbox.down()
-        shutil.rmtree(root, ignore_errors=True)
+        kubectl.run("delete", "namespace", name, "--wait=false")
+
+
+def install_crd(kubectl: Kubectl) -> None:
+    """The checked-in CRD applied (server-side, taking over any field) and Established."""
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
+    wait_crd_established(kubectl, CRD_NAME)
+
+
+def get(kubectl: Kubectl, namespace: str | None, *what: str) -> dict[str, Any]:
+    """``kubectl get <what> -o json`` (in ``namespace`` when given), parsed."""
+    result: dict[str, Any] = json.loads(kubectl("get", *what, "-o", "json", namespace=namespace))
+    return result
+
+
+def condition(body: dict[str, Any] | None, type_: str) -> dict[str, Any]:
+    """The object's ``type_`` condition, or {} when it has none (so ``.get`` reads any field)."""
+    for found in ((body or {}).get("status") or {}).get("conditions") or []:
+        if found["type"] == type_:
+            return dict(found)
+    return {}
+
+
+def events(kubectl: Kubectl, namespace: str, name: str, reason: str = "") -> list[dict[str, Any]]:
+    """Events about the object called ``name`` in ``namespace`` (with ``reason``, when given)."""
+    selector = f"involvedObject.name={name}" + (f",reason={reason}" if reason else "")
+    items: list[dict[str, Any]] = get(kubectl, namespace, "events", "--field-selector", selector)["items"]
+    return items
 
 
 def operator_writes(audit_log: Path, namespace: str, since: int) -> list[dict[str, Any]]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterlib import Kubectl, WaitFor
+from support.kube import Kubectl, WaitFor
 
 
 class FakeKubectl(Kubectl):
