@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 TESTS_DIR = Path(__file__).parent
 CLUSTER_SUITES = ("integration", "e2e", "faults")
-# `make test` runs two lanes side by side (pytest-xdist, --dist loadgroup): the real engines and
-# the engine parsers, whose time goes into loading engines, and the rest, whose time goes mostly
-# into waiting on a control plane (docs/testing.md has the measurements).
+# `make test` runs two lanes side by side (pytest-xdist, two workers): the real engines and the
+# engine parsers, whose time goes into loading engines, and the rest, whose time goes mostly into
+# waiting on a control plane (docs/testing.md has the measurements).
 ENGINE_LANE = ("e2e", "conformance")
 KUBECTL_ENV = "SPECDEPLOY_KUBECTL"
 # `kustomize edit` (which kubectl does not embed) for the kustomization beside install.yaml.
@@ -46,14 +47,26 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Everything under tests/integration, tests/e2e and tests/faults needs a cluster: mark it so.
-    Every test also gets its lane, which only a run with --dist loadgroup reads."""
+    """Everything under tests/integration, tests/e2e and tests/faults needs a cluster: mark it so."""
     for item in items:
         relative = item.path.relative_to(TESTS_DIR) if item.path.is_relative_to(TESTS_DIR) else None
-        suite = relative.parts[0] if relative is not None else ""
-        if suite in CLUSTER_SUITES:
+        if relative is not None and relative.parts[0] in CLUSTER_SUITES:
             item.add_marker(pytest.mark.cluster)
-        item.add_marker(pytest.mark.xdist_group("engines" if suite in ENGINE_LANE else "cluster"))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With ``--dist loadgroup``, two lanes by suite, each whole on one worker in collection
+    order (a suite's shared sandbox and engines start once). pytest-xdist's own loadgroup reads
+    ``xdist_group`` marks from a nodeid suffix that pytest 9 no longer keeps."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Lanes(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return "engines" if _suite(nodeid) in ENGINE_LANE else "cluster"
+
+    return Lanes(config, log)
 
 
 @pytest.fixture(scope="session")
