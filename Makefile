@@ -16,9 +16,9 @@ demo: $(STAMP)
 	$(VENV)/bin/specdeploy demo
 
 # Targets by what they run (docs/testing.md): `make unit` the pure logic, in seconds; `make fast`
-# lint and every suite that needs no real engine (conformance, integration, faults, packaging);
-# `make test` everything, as CI runs it, in two lanes side by side: the engines (e2e and the
-# engine parsers) in one, everything else in the other.
+# lint and every suite that needs no real engine (conformance, integration, faults, packaging),
+# integration in one lane and the rest in the other; `make test` everything, as CI runs it, the
+# engines (e2e and the engine parsers) in one lane and everything else in the other.
 PYTEST := $(VENV)/bin/pytest -q -p no:cacheprovider
 LANES := -n 2 --dist loadgroup
 
@@ -33,7 +33,7 @@ test: lint
 
 fast: lint
 	$(VENV)/bin/specdeploy sandbox build
-	$(PYTEST) --durations=10 --ignore=tests/e2e tests
+	$(PYTEST) $(LANES) --first-lane=integration --durations=10 --ignore=tests/e2e tests
 
 unit: $(STAMP)
 	$(PYTEST) tests/unit

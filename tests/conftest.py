@@ -5,17 +5,20 @@ the suite ends."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from support.lanes import MachineLock
+
 TESTS_DIR = Path(__file__).parent
 CLUSTER_SUITES = ("integration", "e2e", "faults")
-# `make test` runs two lanes side by side (pytest-xdist, two workers): the real engines and the
-# engine parsers, whose time goes into loading engines, and the rest, whose time goes mostly into
-# waiting on a control plane (docs/testing.md has the measurements).
-ENGINE_LANE = ("e2e", "conformance")
+# `make test` runs two lanes side by side (pytest-xdist, two workers): by default the real engines
+# and the engine parsers, whose time goes into loading engines, and the rest, whose time goes
+# mostly into waiting on a control plane (docs/testing.md has the measurements).
+FIRST_LANE = "e2e,conformance"
 KUBECTL_ENV = "SPECDEPLOY_KUBECTL"
 # `kustomize edit` (which kubectl does not embed) for the kustomization beside install.yaml.
 KUSTOMIZE_VERSION = "v5.8.1"
@@ -54,17 +57,28 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.cluster)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--first-lane",
+        default=FIRST_LANE,
+        help=f"with --dist loadgroup: the suites of the first lane, comma-separated (default {FIRST_LANE})",
+    )
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """With ``--dist loadgroup``, two lanes by suite, each whole on one worker in collection
-    order (a suite's shared sandbox and engines start once). pytest-xdist's own loadgroup reads
-    ``xdist_group`` marks from a nodeid suffix that pytest 9 no longer keeps."""
+    """With ``--dist loadgroup``, two lanes by suite (``--first-lane`` and the rest), each whole
+    on one worker in collection order, so a suite's shared sandbox and engines start once.
+    pytest-xdist's own loadgroup reads ``xdist_group`` marks from a nodeid suffix that pytest 9
+    no longer keeps."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
+    first = set(str(config.getoption("first_lane")).split(","))
+
     class Lanes(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
-            return "engines" if _suite(nodeid) in ENGINE_LANE else "cluster"
+            return "first" if _suite(nodeid) in first else "second"
 
     return Lanes(config, log)
 
@@ -94,3 +108,16 @@ def kustomize_binary() -> str:
     from specdeploy.sandbox.binaries import go_install
 
     return str(go_install("kustomize", "sigs.k8s.io/kustomize/kustomize/v5", KUSTOMIZE_VERSION))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """In a two-lane run, setup, call and teardown of each test hold the machine lock: shared, or
+    alone for a test marked ``quiet_machine`` (support.lanes)."""
+    workerinput = getattr(item.config, "workerinput", None)
+    if workerinput is None:
+        yield
+        return
+    lock = MachineLock(Path(item.config.option.basetemp).parent)
+    with lock.held(exclusive=item.get_closest_marker("quiet_machine") is not None):
+        yield

@@ -111,6 +111,7 @@ def _measured(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     return body
 
 
+@pytest.mark.quiet_machine
 def test_the_accept_all_pair_pays(
     pairs: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor, tmp_path: Path
 ) -> None:
@@ -161,6 +162,7 @@ def test_the_accept_all_pair_pays(
     _nothing_left(k, wait, ALL, kept=(baseline,))
 
 
+@pytest.mark.quiet_machine
 def test_the_accept_none_pair_does_not_pay(
     pairs: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor
 ) -> None:
