@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from specdeploy.sandbox.enginenode.volumes import PodDir, path_map, prepare, working_dir
+from specdeploy.sandbox.enginenode.volumes import PodDir, path_map, prepare, share_node_caches, working_dir
 
 CONTAINER: dict[str, Any] = {
     "name": "engine",
@@ -62,19 +62,26 @@ def test_working_dir_is_mapped_when_in_a_mount_else_the_pod_directory(tmp_path: 
     assert working_dir(pod, paths, CONTAINER) == pod.root
 
 
-def test_pods_of_one_node_share_its_compile_cache_unless_they_mount_one(tmp_path: Path) -> None:
+def test_pods_of_one_node_share_its_compile_cache_under_their_home(tmp_path: Path) -> None:
     node_cache = tmp_path / "node-cache"
     first, second = PodDir(tmp_path / "first"), PodDir(tmp_path / "second")
-    prepare(first, CONTAINER, node_cache)
-    prepare(second, CONTAINER, node_cache)
+    # HOME as the container's environment puts it: the image's home, or a volume (the operator
+    # renders one for the engine's HOME).
+    for pod, home in ((first, first.home), (second, second.volume("home"))):
+        prepare(pod, CONTAINER)
+        home.mkdir(parents=True, exist_ok=True)
+        share_node_caches(pod, home, node_cache)
     (first.home / ".cache" / "vllm" / "torch_compile_cache").mkdir()
-    assert (second.home / ".cache" / "vllm" / "torch_compile_cache").is_dir()
+    assert (second.volume("home") / ".cache" / "vllm" / "torch_compile_cache").is_dir()
     assert (node_cache / "vllm" / "torch_compile_cache").is_dir()
+    share_node_caches(first, first.home, node_cache)  # a restart finds the link in place
 
-    mounted = {**CONTAINER, "volumeMounts": [{"name": "own", "mountPath": "/root/.cache/vllm"}]}
     own = PodDir(tmp_path / "own")
-    prepare(own, mounted, node_cache)
+    mounted = {**CONTAINER, "volumeMounts": [{"name": "own", "mountPath": "/root/.cache/vllm"}]}
+    prepare(own, mounted)
+    share_node_caches(own, own.home, node_cache)
     assert (own.home / ".cache" / "vllm").resolve() == own.volume("own").resolve()
-    without = PodDir(tmp_path / "without")
-    prepare(without, CONTAINER)
-    assert not (without.home / ".cache" / "vllm").exists()
+
+    outside = tmp_path / "host-home"
+    share_node_caches(first, outside, node_cache)
+    assert not outside.exists()

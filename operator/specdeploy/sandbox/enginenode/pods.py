@@ -49,7 +49,7 @@ from specdeploy.sandbox.enginenode.status import (
     now_rfc3339,
     pod_status,
 )
-from specdeploy.sandbox.enginenode.volumes import PodDir, prepare, working_dir
+from specdeploy.sandbox.enginenode.volumes import PodDir, prepare, share_node_caches, working_dir
 
 HOST_IP = "127.0.0.1"
 BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -341,7 +341,7 @@ class PodWorker:
             return
         c.pull_failures = 0
         try:
-            paths = prepare(self.dir, c.spec, self.context.state_dir / NODE_CACHE_DIR)
+            paths = prepare(self.dir, c.spec)
             defined = container_env(pod, c.spec, self.pod_ip, HOST_IP, self._lookup)
             argv = [paths.rewrite(token) for token in container_argv(c.spec, defined, image.entrypoint)]
             probes = {kind: parse_probe(c.spec[f"{kind}Probe"], c.spec)
@@ -358,6 +358,7 @@ class PodWorker:
             **image.env, **{name: paths.rewrite(value) for name, value in defined.items()},
             POD_IP_ENV: self.pod_ip,
         }  # fmt: skip
+        share_node_caches(self.dir, Path(env["HOME"]), self.context.state_dir / NODE_CACHE_DIR)
         if c.runs:
             c.restart_count += 1
         c.runs += 1

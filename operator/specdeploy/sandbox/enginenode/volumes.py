@@ -16,10 +16,11 @@ volume's directory in its place, and the working directory is mapped the same wa
 HOME (huggingface_hub's ``~/.cache/huggingface``) land in the volume. A volume mounted at
 ``/dev/shm`` is left alone: the host's /dev/shm serves.
 
-The node keeps caches of its own that every pod's HOME links to, as a hostPath would on a real GPU
-node: ``~/.cache/vllm`` (torch.compile artefacts, keyed by vLLM on the model and configuration)
-points to the node's directory unless the pod mounts something there itself, so the second
-engine of a configuration on a node skips the compilation. The pod spec is not changed.
+The node keeps caches of its own, as a hostPath would on a real GPU node: ``~/.cache/vllm``
+(torch.compile artefacts, keyed by vLLM on the model and configuration) under the container's
+HOME, wherever its environment puts HOME, links to the node's directory unless something is
+there already, so the second engine of a configuration on a node skips the compilation. The pod
+spec is not changed.
 """
 
 from __future__ import annotations
@@ -106,9 +107,9 @@ def _link(link: Path, target: Path) -> None:
         os.symlink(target, link, target_is_directory=True)
 
 
-def prepare(pod_dir: PodDir, container: Mapping[str, Any], node_cache: Path | None = None) -> PathMap:
-    """Create the container's directories and HOME links (to its mounts under ``/root``, and to
-    the node's caches under ``node_cache`` where no mount covers them); returns its path map."""
+def prepare(pod_dir: PodDir, container: Mapping[str, Any]) -> PathMap:
+    """Create the container's directories and HOME links to its mounts under ``/root``; returns
+    its path map."""
     paths = path_map(pod_dir, container)
     pod_dir.home.mkdir(parents=True, exist_ok=True)
     pod_dir.termination_log(container["name"]).parent.mkdir(parents=True, exist_ok=True)
@@ -121,12 +122,21 @@ def prepare(pod_dir: PodDir, container: Mapping[str, Any], node_cache: Path | No
         target.mkdir(parents=True, exist_ok=True)
         if mount_path.is_relative_to(IMAGE_HOME) and mount_path != PurePosixPath(IMAGE_HOME):
             _link(pod_dir.home / mount_path.relative_to(IMAGE_HOME), target)
-    if node_cache is not None:
-        for under_home, name in NODE_CACHES.items():
-            if paths.host_path(f"{IMAGE_HOME}/{under_home}") is None:
-                (node_cache / name).mkdir(parents=True, exist_ok=True)
-                _link(pod_dir.home / under_home, node_cache / name)
     return paths
+
+
+def share_node_caches(pod_dir: PodDir, home: Path, node_cache: Path) -> None:
+    """Link the node's caches under ``home`` (the container's HOME as a host path), except where
+    something is already there (a mount, the link an earlier run of the container made) or when
+    HOME lies outside the pod's directory (a path no volume maps: nothing of the host is touched)."""
+    if not home.is_relative_to(pod_dir.root):
+        return
+    for under_home, name in NODE_CACHES.items():
+        link = home / under_home
+        if link.exists() or link.is_symlink():
+            continue
+        (node_cache / name).mkdir(parents=True, exist_ok=True)
+        _link(link, node_cache / name)
 
 
 def working_dir(pod_dir: PodDir, paths: PathMap, container: Mapping[str, Any]) -> Path:
