@@ -18,7 +18,7 @@ demo: $(STAMP)
 # Targets by what they run (docs/testing.md): `make unit` the pure logic, in seconds; `make fast`
 # lint and every suite that needs no real engine (conformance, integration, faults, packaging),
 # integration in one lane and the rest in the other; `make test` everything, as CI runs it, the
-# real engines (e2e) in one lane and everything else in the other.
+# real engines (e2e, conformance) in one lane and everything else in the other.
 PYTEST := $(VENV)/bin/pytest -q -p no:cacheprovider
 LANES := -n 2 --dist loadgroup
 

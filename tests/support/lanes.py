@@ -1,8 +1,9 @@
 """Two lanes on one machine: a readers-writer lock across the pytest-xdist workers of one run.
 
 Every test runs holding the lock shared; a test marked ``quiet_machine`` (one whose assertion
-compares throughput measured at two moments, such as a benchmark's speed-up) holds it alone, so
-the other lane waits between two of its tests while that one runs. A writer first takes the
+compares throughput measured at two moments, such as a benchmark's speed-up) holds it alone while
+it runs (its fixtures start under the shared lock), so the other lane waits between two of its
+tests. A writer first takes the
 gate, which readers pass through on their way in, so a lane that runs test after test cannot
 starve it.
 """

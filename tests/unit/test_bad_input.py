@@ -72,6 +72,19 @@ def with_configmap(data: dict[str, str] | None) -> pipeline.ConfigMapReader:
     return lambda namespace, name: data
 
 
+@pytest.mark.parametrize("architectures", [True, "Eagle3Speculator", [1]])
+def test_a_configmap_whose_architectures_is_no_list_of_names_is_refused_by_key(
+    resolver: ModelResolver, architectures: object
+) -> None:
+    """Found by the boundary fuzz test below: ``"architectures": true`` reached the pairing rules."""
+    config = {"architectures": architectures, "model_type": "llama"}
+    cm = with_configmap({"speculator.json": json.dumps(config)})
+    desired = pipeline.compute(body(pairing={"metadataConfigMap": "meta"}), resolver, h100s(), cm)
+    assert (desired.blocked, desired.reason) == (True, "InvalidMetadataConfigMap")
+    assert "key speculator.json: has architectures" in desired.message
+    assert "not a list of class names" in desired.message
+
+
 def test_a_configmap_that_is_not_json_is_a_condition_naming_field_and_key(resolver: ModelResolver) -> None:
     cm = with_configmap({"speculator.json": "{not json"})
     desired = pipeline.compute(body(pairing={"metadataConfigMap": "meta"}), resolver, h100s(), cm)
@@ -327,3 +340,48 @@ def test_an_apply_into_a_namespace_being_deleted_is_no_error() -> None:
     with mock.patch.object(KubeClient, "apps", patch):
         KubeClient().apply(manifest)
     patch.patch_namespaced_deployment.assert_called_once()
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"eagle_aux_hidden_state_layer_ids": [None, 3]},
+        {"speculators_config": ["not", "an", "object"]},
+        {"speculators_config": {"verifier": "a string", "proposal_methods": {"not": "a list"}}},
+    ],
+    ids=["aux-none", "config-list", "verifier-string"],
+)
+def test_a_draft_config_of_the_wrong_shapes_is_read_without_an_internal_error(
+    resolver: ModelResolver, fields: dict[str, Any]
+) -> None:
+    """Found by the boundary fuzz test: a null layer id and sections that are not objects reached
+    ``int()`` and ``.get`` inside the draft reader."""
+    config = {
+        "architectures": ["Eagle3Speculator"],
+        "speculators_model_type": "eagle3",
+        "transformer_layer_config": {
+            "hidden_size": 4096,
+            "vocab_size": 151936,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 32,
+        },
+        **fields,
+    }
+    cm = with_configmap({"speculator.json": json.dumps(config)})
+    desired = pipeline.compute(body(pairing={"metadataConfigMap": "meta"}), resolver, h100s(), cm)
+    assert desired.reason != "InternalError", desired.message
+
+
+def test_sizing_reads_fields_that_are_not_positive_integers_as_absent() -> None:
+    """Found by the boundary fuzz test (a ConfigMap override that passed the pairing check): a
+    list or a text where the memory estimate expects an integer."""
+    from specdeploy.planning.shape import draft_parameter_count, model_shape
+
+    layer = {"hidden_size": 64, "vocab_size": 1000, "num_hidden_layers": 2, "num_attention_heads": 4}
+    malformed = {"num_key_value_heads": "2", "head_dim": [16], "intermediate_size": ":", "num_experts": 0}
+    draft = {"transformer_layer_config": {**layer, **malformed}, "target_hidden_size": [64]}
+    assert draft_parameter_count({**draft, "draft_vocab_size": "K"}) == draft_parameter_count(
+        {"transformer_layer_config": layer}
+    )
+    moe = {**layer, "num_experts": 8, "mlp_only_layers": 3, "decoder_sparse_step": "x"}
+    assert model_shape(moe).moe_layers == 2

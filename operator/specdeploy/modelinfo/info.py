@@ -80,6 +80,9 @@ def config_problem(config: object) -> str | None:
         return "is not a JSON object"
     if not config.get("architectures") and not config.get("model_type"):
         return "has neither architectures nor model_type"
+    found = config.get("architectures")
+    if found is not None and not (isinstance(found, list) and all(isinstance(a, str) for a in found)):
+        return f"has architectures {json.dumps(found)[:80]}, not a list of class names"
     return None
 
 

@@ -41,9 +41,19 @@ class ModelShape:
 def _required(config: Mapping[str, Any], *names: str) -> int:
     for name in names:
         value = as_int(config.get(name))
-        if value is not None:
+        if value is not None and value > 0:
             return value
-    raise IncompleteConfigError(f"config.json has no {' or '.join(names)}")
+    raise IncompleteConfigError(f"config.json has no positive integer {' or '.join(names)}")
+
+
+def _optional(config: Mapping[str, Any], *names: str) -> int:
+    """The first of ``names`` that holds a positive integer, else 0 (absent, null or malformed:
+    a hand-written override may say anything, and the estimate must not fail on it)."""
+    for name in names:
+        value = as_int(config.get(name))
+        if value is not None and value > 0:
+            return value
+    return 0
 
 
 def model_shape(config: Mapping[str, Any]) -> ModelShape:
@@ -52,27 +62,28 @@ def model_shape(config: Mapping[str, Any]) -> ModelShape:
     hidden = _required(cfg, "hidden_size")
     layers = _required(cfg, "num_hidden_layers")
     heads = _required(cfg, "num_attention_heads")
-    kv_heads = cfg.get("num_key_value_heads") or heads
-    head_dim = cfg.get("head_dim") or hidden // heads
-    experts = int(cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get("n_routed_experts") or 0)
-    intermediate = int(cfg.get("intermediate_size") or 0)
-    moe_intermediate = int(cfg.get("moe_intermediate_size") or intermediate)
+    kv_heads = _optional(cfg, "num_key_value_heads") or heads
+    head_dim = _optional(cfg, "head_dim") or hidden // heads
+    experts = _optional(cfg, "num_experts", "num_local_experts", "n_routed_experts")
+    intermediate = _optional(cfg, "intermediate_size")
+    moe_intermediate = _optional(cfg, "moe_intermediate_size") or intermediate
     moe_layers = 0
     if experts:
-        dense_only = set(cfg.get("mlp_only_layers") or ())
-        step = int(cfg.get("decoder_sparse_step") or 1)
-        first_dense = int(cfg.get("first_k_dense_replace") or 0)
+        listed = cfg.get("mlp_only_layers")
+        dense_only = set(listed) if isinstance(listed, list) else set()
+        step = _optional(cfg, "decoder_sparse_step") or 1
+        first_dense = _optional(cfg, "first_k_dense_replace")
         moe_layers = sum(
             1 for i in range(layers) if i not in dense_only and (i + 1) % step == 0 and i >= first_dense
         )
-    shared = int(cfg.get("shared_expert_intermediate_size") or 0)
-    shared += int(cfg.get("n_shared_experts") or 0) * moe_intermediate
+    shared = _optional(cfg, "shared_expert_intermediate_size")
+    shared += _optional(cfg, "n_shared_experts") * moe_intermediate
     return ModelShape(
         hidden_size=hidden,
         num_layers=layers,
         num_heads=heads,
-        num_kv_heads=int(kv_heads),
-        head_dim=int(head_dim),
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
         vocab_size=_required(cfg, "vocab_size"),
         intermediate_size=intermediate,
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
@@ -123,7 +134,7 @@ def fp8_block_sizes(config: Mapping[str, Any]) -> tuple[int, ...]:
     if not isinstance(quant, Mapping) or "fp8" not in str(quant.get("quant_method", "")).lower():
         return ()
     blocks = quant.get("weight_block_size")
-    if not isinstance(blocks, Sequence):
+    if not isinstance(blocks, Sequence) or any(as_int(b) is None for b in blocks):
         return ()
     return tuple(sorted({int(b) for b in blocks}))
 
@@ -138,11 +149,11 @@ def draft_parameter_count(config: Mapping[str, Any]) -> int:
     """
     shape = model_shape(draft_layer_config(config))
     h = shape.hidden_size
-    target_hidden = config.get("target_hidden_size") or h
-    draft_vocab = int(config.get("draft_vocab_size") or shape.vocab_size)
+    target_hidden = as_int(config.get("target_hidden_size")) or h
+    draft_vocab = as_int(config.get("draft_vocab_size")) or shape.vocab_size
     qkv = 2 * h * shape.head_dim * (shape.num_heads + 2 * shape.num_kv_heads)
     layer = qkv + shape.num_heads * shape.head_dim * h + 3 * h * shape.intermediate_size + 3 * h
-    return shape.num_layers * layer + 3 * int(target_hidden) * h + shape.vocab_size * h + h * draft_vocab
+    return shape.num_layers * layer + 3 * target_hidden * h + shape.vocab_size * h + h * draft_vocab
 
 
 def model_context_limit(config: Mapping[str, Any]) -> int | None:
