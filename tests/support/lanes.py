@@ -3,7 +3,8 @@
 Every test runs holding the lock shared; a test marked ``quiet_machine`` (one whose assertion
 compares throughput measured at two moments, such as a benchmark's speed-up) holds it alone while
 it runs (its fixtures start under the shared lock), so the other lane waits between two of its
-tests. A writer first takes the
+tests, and what that lane wrote (a virtual environment's install, say) is flushed to disk first,
+so the kernel's writeback does not run inside the quiet test's window. A writer first takes the
 gate, which readers pass through on their way in, so a lane that runs test after test cannot
 starve it.
 """
@@ -11,6 +12,7 @@ starve it.
 from __future__ import annotations
 
 import fcntl
+import os
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -32,6 +34,8 @@ class MachineLock:
             finally:
                 if not exclusive:
                     fcntl.flock(gate, fcntl.LOCK_UN)
+            if exclusive:
+                os.sync()
             try:
                 yield
             finally:
