@@ -456,6 +456,25 @@ def test_rollout_completion_is_a_status_only_write(harness: Harness) -> None:
     assert harness.kube.writes() == 0 and harness.events.posted == []
 
 
+def test_a_resource_whose_first_status_is_ready_still_posts_its_ready_event(harness: Harness) -> None:
+    """A pass applied the children and failed before its status write; the rollout finished
+    before the next pass, whose status is the first: Ready=True appears, and is still news."""
+    key = harness.view.add(resource())
+    assert harness.run(key) == "converged"
+    harness.view.deployments[key] = {
+        **stored(applied(harness.kube, "Deployment"), "11"),
+        "status": rolled_out(),
+    }
+    harness.view.services[key] = stored(applied(harness.kube, "Service"), "12")
+    harness.quiet()
+    assert harness.run(key) == "converged"
+
+    ((_, patch),) = harness.kube.status_patches
+    assert conditions_of(patch)[api.READY] == ("True", "Ready")
+    assert conditions_of(patch)[api.PROGRESSING] == ("False", "RolloutComplete")
+    assert [(e.type, e.reason) for e in harness.events.posted] == [("Normal", "Ready")]
+
+
 def test_stale_cache_gets_no_duplicate_write_and_a_reverted_edit_is_reapplied(harness: Harness) -> None:
     """The ledger: no repeat while the cache lags behind our writes; drift seen later is repaired."""
     harness.view.add(resource())

@@ -363,11 +363,15 @@ def _news(transitions: list[Transition]) -> list[Transition]:
 
 def _newsworthy(transition: Transition) -> bool:
     """Whether a transition is worth an Event: every change, but of the conditions a new resource
-    starts with only the problems (not Ready=False, which every new resource starts as). An Event is
-    an apiserver write; one per starting condition made Events most of the operator's writes."""
+    starts with only the problems and Ready=True (not Ready=False, which every new resource starts
+    as). An Event is an apiserver write; one per starting condition made Events most of the
+    operator's writes. Ready=True can be a first status when the rollout finished before the first
+    status write landed (a pass that failed after applying the children): it is still news."""
     if not transition.appeared:
         return True
-    return transition.type != api.READY and not _healthy(transition)
+    if transition.type == api.READY:
+        return transition.status == "True"
+    return not _healthy(transition)
 
 
 def _healthy(transition: Transition) -> bool:
