@@ -6,10 +6,12 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: demo test fast unit lint packaging lock crd clean
 
-$(STAMP): pyproject.toml
+# The operator (with its test tools) and the local sandbox, its own distribution in sandbox/ that
+# adds the `sandbox` and `demo` commands to `specdeploy` (docs/architecture.md).
+$(STAMP): pyproject.toml sandbox/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e '.[test]'
+	$(VENV)/bin/pip install --quiet -e '.[test]' -e ./sandbox
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -23,20 +25,20 @@ PYTEST := $(VENV)/bin/pytest -q -p no:cacheprovider
 LANES := -n 2 --dist loadgroup
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check operator tests bench
+	$(VENV)/bin/ruff check operator sandbox tests bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
 test: lint
 	$(VENV)/bin/specdeploy sandbox build
-	$(PYTEST) $(LANES) --durations=25 tests
+	$(PYTEST) $(LANES) --durations=25 tests sandbox/tests
 
 fast: lint
 	$(VENV)/bin/specdeploy sandbox build
-	$(PYTEST) $(LANES) --first-lane=integration --durations=10 --ignore=tests/e2e tests
+	$(PYTEST) $(LANES) --first-lane=integration --durations=10 --ignore=tests/e2e tests sandbox/tests
 
 unit: $(STAMP)
-	$(PYTEST) tests/unit
+	$(PYTEST) tests/unit sandbox/tests
 
 packaging: $(STAMP)
 	$(PYTEST) tests/packaging

@@ -46,10 +46,10 @@ from specdeploy import api, children, pipeline, planning
 from specdeploy.controller import diffing, status
 from specdeploy.controller.kube import KubeClient
 from specdeploy.modelinfo import ModelResolver
-from specdeploy.sandbox import nodes
-from specdeploy.sandbox.binaries import ensure_kubectl
-from specdeploy.sandbox.cluster import Sandbox
-from specdeploy.sandbox.operator_process import LocalOperator, start_operator
+from specdeploy_sandbox import nodes
+from specdeploy_sandbox.binaries import ensure_kubectl
+from specdeploy_sandbox.cluster import Sandbox
+from specdeploy_sandbox.operator_process import LocalOperator, start_operator
 
 REPO = Path(__file__).resolve().parents[1]
 CRD = REPO / "crds" / "specdeploy.io_speculativedeployments.yaml"

@@ -23,10 +23,10 @@ from typing import Any
 
 import yaml
 
-from specdeploy.sandbox import tiny_models
-from specdeploy.sandbox.binaries import ensure_kubectl
-from specdeploy.sandbox.cluster import Sandbox
-from specdeploy.sandbox.operator_process import start_operator
+from specdeploy_sandbox import tiny_models
+from specdeploy_sandbox.binaries import ensure_kubectl
+from specdeploy_sandbox.cluster import Sandbox
+from specdeploy_sandbox.operator_process import start_operator
 
 REPO = Path(__file__).resolve().parents[1]
 CRD = REPO / "crds" / "specdeploy.io_speculativedeployments.yaml"

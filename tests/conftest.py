@@ -91,7 +91,7 @@ def kubectl_binary() -> str:
     override = os.environ.get(KUBECTL_ENV)
     if override:
         return override
-    from specdeploy.sandbox.binaries import ensure_kubectl
+    from specdeploy_sandbox.binaries import ensure_kubectl
 
     return str(ensure_kubectl())
 
@@ -99,7 +99,7 @@ def kubectl_binary() -> str:
 @pytest.fixture(scope="session")
 def helm_binary() -> str:
     """helm at the pinned version (built once, cached): the packaging and integration suites use it."""
-    from specdeploy.sandbox.binaries import ensure_helm
+    from specdeploy_sandbox.binaries import ensure_helm
 
     return str(ensure_helm())
 
@@ -107,7 +107,7 @@ def helm_binary() -> str:
 @pytest.fixture(scope="session")
 def kustomize_binary() -> str:
     """kustomize at the pinned version, built once with `go install` into the cache like helm."""
-    from specdeploy.sandbox.binaries import go_install
+    from specdeploy_sandbox.binaries import go_install
 
     return str(go_install("kustomize", "sigs.k8s.io/kustomize/kustomize/v5", KUSTOMIZE_VERSION))
 

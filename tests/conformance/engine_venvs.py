@@ -2,7 +2,7 @@
 
 The engines are several GB each and take minutes to install, so they live outside the checkout
 under ``${XDG_CACHE_HOME:-~/.cache}/specdeploy/venvs/<engine>-<version>``, installed (with pip)
-by the sandbox's cached-venv installer, ``specdeploy.sandbox.venvs``: ready once its marker is
+by the sandbox's cached-venv installer, ``specdeploy_sandbox.venvs``: ready once its marker is
 written, redone after an interrupted install, locked against concurrent test sessions.
 ``python engine_venvs.py vllm 0.33.0`` builds one ahead of a test run (a CI cache warm-up step).
 """
@@ -24,7 +24,7 @@ from typing import IO, Any
 import pytest
 
 from specdeploy import engines
-from specdeploy.sandbox import venvs
+from specdeploy_sandbox import venvs
 
 DEFAULT_INSTALL_TIMEOUT_S = 1500
 

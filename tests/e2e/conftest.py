@@ -22,9 +22,9 @@ from collections.abc import Iterator
 import pytest
 
 from enginelib import ENGINE_READY_S, NS, PAIRS, apply_pairs, pod_ip, sdep_when
-from specdeploy.sandbox import operator_process
-from specdeploy.sandbox.cluster import Sandbox
-from specdeploy.sandbox.operator_process import LocalOperator
+from specdeploy_sandbox import operator_process
+from specdeploy_sandbox.cluster import Sandbox
+from specdeploy_sandbox.operator_process import LocalOperator
 from support.kube import Kubectl, WaitFor, install_crd
 from support.sandboxes import ENGINES, running
 

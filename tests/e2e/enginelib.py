@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from specdeploy.sandbox import tiny_models
+from specdeploy_sandbox import tiny_models
 from support.kube import Kubectl, condition, get
 from support.paths import TINY_EXAMPLE
 

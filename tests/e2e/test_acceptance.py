@@ -29,8 +29,8 @@ from enginelib import (
     pods,
     sdep_when,
 )
-from specdeploy.sandbox.cluster import Sandbox
-from specdeploy.sandbox.operator_process import LocalOperator
+from specdeploy_sandbox.cluster import Sandbox
+from specdeploy_sandbox.operator_process import LocalOperator
 from support.kube import Kubectl, WaitFor, condition, events, get, metric_samples, operator_writes
 
 MODEL = "sandbox/tiny-qwen3"

@@ -26,9 +26,9 @@ import pytest
 from enginelib import ALL, NONE, NS, resource, sdep_when
 from specdeploy.benchmark import manifests
 from specdeploy.benchmark import session as bench
-from specdeploy.sandbox import tiny_models
-from specdeploy.sandbox.cluster import Sandbox
-from specdeploy.sandbox.operator_process import LocalOperator
+from specdeploy_sandbox import tiny_models
+from specdeploy_sandbox.cluster import Sandbox
+from specdeploy_sandbox.operator_process import LocalOperator
 from support.kube import Kubectl, WaitFor, condition, events, get
 
 # Each level runs for a few seconds: with 8 requests a run lasts about a second, and one pause of

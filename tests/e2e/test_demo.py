@@ -16,7 +16,7 @@ import re
 import subprocess
 import sys
 
-from specdeploy.sandbox.cluster import Sandbox
+from specdeploy_sandbox.cluster import Sandbox
 from support.paths import REPO
 
 

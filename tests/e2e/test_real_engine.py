@@ -28,10 +28,10 @@ from enginelib import (
     resource,
     sdep_when,
 )
-from specdeploy.cli.demo import chat
-from specdeploy.sandbox import tiny_models
-from specdeploy.sandbox.cluster import Sandbox
-from specdeploy.sandbox.operator_process import LocalOperator
+from specdeploy_sandbox import tiny_models
+from specdeploy_sandbox.cluster import Sandbox
+from specdeploy_sandbox.commands.demo import chat
+from specdeploy_sandbox.operator_process import LocalOperator
 from support.kube import Kubectl, WaitFor, condition, events, get
 
 GRACE_S = 60.0

@@ -14,8 +14,8 @@ import pytest
 from kubernetes import config
 
 from faultlib import GPUS_PER_NODE, H100, Apis, OperatorUnderFault, count
-from specdeploy.sandbox import nodes
-from specdeploy.sandbox.cluster import Sandbox
+from specdeploy_sandbox import nodes
+from specdeploy_sandbox.cluster import Sandbox
 from support.kube import Kubectl, fresh_namespace, install_crd
 from support.sandboxes import PLAIN, running
 

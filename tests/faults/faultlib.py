@@ -22,7 +22,7 @@ from typing import Any
 from kubernetes import client
 
 from specdeploy import api, children
-from specdeploy.sandbox.operator_process import LocalOperator, start_operator
+from specdeploy_sandbox.operator_process import LocalOperator, start_operator
 from support.kube import metric_samples
 
 H100 = "NVIDIA-H100-80GB-HBM3"

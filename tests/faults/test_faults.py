@@ -18,7 +18,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from faultlib import Apis, OperatorUnderFault, check_fleet, count, report, resource, wait_fleet
-from specdeploy.sandbox.cluster import Sandbox
+from specdeploy_sandbox.cluster import Sandbox
 from support.kube import Kubectl, RoseThenQuiet, WaitFor
 
 RESOURCES = count("RESOURCES", 40)

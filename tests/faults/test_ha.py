@@ -11,7 +11,7 @@ import pytest
 
 from faultlib import Apis, OperatorUnderFault, report, resource, review, wait_fleet
 from specdeploy import api
-from specdeploy.sandbox.cluster import Sandbox
+from specdeploy_sandbox.cluster import Sandbox
 
 LEASE_SECONDS = 15
 # A pair the catalog refuses (the speculator was trained for Qwen3-8B): the webhook's answer.

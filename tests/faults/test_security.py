@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from faultlib import Apis, OperatorUnderFault, resource, review, wait_fleet
-from specdeploy.sandbox.cluster import Sandbox
+from specdeploy_sandbox.cluster import Sandbox
 from support.kube import Kubectl
 from support.paths import REPO
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from specdeploy.sandbox.cluster import SandboxError
-from specdeploy.sandbox.operator_process import LocalOperator, start_operator
+from specdeploy_sandbox.cluster import SandboxError
+from specdeploy_sandbox.operator_process import LocalOperator, start_operator
 from support.kube import Cluster, Kubectl, WaitFor, fresh_namespace, install_crd
 from support.sandboxes import PLAIN, running_cluster
 

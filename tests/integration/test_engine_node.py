@@ -22,8 +22,8 @@ import psutil
 import pytest
 import yaml
 
-from specdeploy.sandbox.cluster import ENGINE_NODE_PREFIX, Sandbox
-from specdeploy.sandbox.nodes import core_v1_for
+from specdeploy_sandbox.cluster import ENGINE_NODE_PREFIX, Sandbox
+from specdeploy_sandbox.nodes import core_v1_for
 from support.kube import Kubectl, WaitFor
 
 pytestmark = pytest.mark.cluster

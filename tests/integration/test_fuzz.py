@@ -28,8 +28,8 @@ from kubernetes.client.exceptions import ApiException
 
 from specdeploy import api
 from specdeploy.controller.kube import refusal_message
-from specdeploy.sandbox import nodes
-from specdeploy.sandbox.operator_process import LocalOperator
+from specdeploy_sandbox import nodes
+from specdeploy_sandbox.operator_process import LocalOperator
 from support.fuzz import any_spec, configmap_data, node_labels, secret_values
 from support.kube import Cluster, Kubectl, WaitFor
 

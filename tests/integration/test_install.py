@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 import yaml
 
-from specdeploy.sandbox.processes import stop_child
+from specdeploy_sandbox.processes import stop_child
 from support.kube import Cluster, Kubectl, WaitFor, wait_crd_established
 from support.paths import CRD_NAME, EXAMPLES, REPO, SEED_EXAMPLE
 from support.sandboxes import PLAIN, running_cluster

@@ -20,7 +20,7 @@ import pytest
 
 from specdeploy.modelinfo import ModelResolver, ModelUnavailable, RetryPolicy
 from specdeploy.modelinfo.hub import ENDPOINT_ENV, HubFetcher
-from specdeploy.sandbox.model_hub import (
+from specdeploy_sandbox.model_hub import (
     ModelHubError,
     ensure_hub_env,
     hub_argv,
@@ -29,7 +29,7 @@ from specdeploy.sandbox.model_hub import (
     wait_ready,
     write_config,
 )
-from specdeploy.sandbox.processes import free_ports, rss_mib, stop_child
+from specdeploy_sandbox.processes import free_ports, rss_mib, stop_child
 
 MODEL = "sandbox/tiny-test"
 BIG_MODEL = "sandbox/big-weights"

@@ -12,8 +12,8 @@ import pytest
 from sdeplib import apply
 from specdeploy import api, children
 from specdeploy.children.leaderworkerset import ROLE_LABEL
-from specdeploy.sandbox import nodes
-from specdeploy.sandbox.operator_process import LocalOperator
+from specdeploy_sandbox import nodes
+from specdeploy_sandbox.operator_process import LocalOperator
 from support.kube import Cluster, Kubectl, RoseThenQuiet, WaitFor, condition, get, operator_writes, reconciles
 
 VERIFIER = "meta-llama/Llama-3.3-70B-Instruct"

@@ -219,7 +219,7 @@ def test_auto_tensor_parallel_lands_on_a_fitting_node(
 def test_no_node_fits_until_a_suitable_node_joins(
     kubectl: Kubectl, namespace: str, wait_for: WaitFor, cluster: Cluster
 ) -> None:
-    from specdeploy.sandbox import nodes
+    from specdeploy_sandbox import nodes
 
     apply_example_on(kubectl, namespace, "b200-only", "b200")
     cond = wait_for_condition(kubectl, wait_for, namespace, "b200-only", "Schedulable", "False", 30)
@@ -269,7 +269,7 @@ def add_cloud_node(
     cluster: Cluster, name: str, product: str, memory_mib: int, labels: dict[str, str]
 ) -> None:
     """A simulated GPU node labelled as a managed cloud labels it: no GPU feature discovery labels."""
-    from specdeploy.sandbox import nodes
+    from specdeploy_sandbox import nodes
 
     manifest = nodes.node_manifest(nodes.gpu_node(name, product, 8, memory_mib))
     node_labels = manifest["metadata"]["labels"]

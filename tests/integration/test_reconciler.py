@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from sdeplib import apply, container, ready
-from specdeploy.sandbox.operator_process import LocalOperator
+from specdeploy_sandbox.operator_process import LocalOperator
 from support.kube import Cluster, Kubectl, RoseThenQuiet, WaitFor, condition, get, operator_writes, reconciles
 from support.paths import SEED_EXAMPLE
 

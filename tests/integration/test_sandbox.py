@@ -226,7 +226,7 @@ def test_a_node_added_at_runtime_takes_a_pending_pod(
     kubectl: Kubectl, namespace: str, wait_for: WaitFor, cluster: Cluster
 ) -> None:
     """add_node (used by later suites to satisfy a waiting resource) makes a Ready, schedulable node."""
-    from specdeploy.sandbox.nodes import add_node, gpu_node
+    from specdeploy_sandbox.nodes import add_node, gpu_node
 
     product = "NVIDIA-H200"
     kubectl(
@@ -254,8 +254,8 @@ def test_a_node_added_at_runtime_takes_a_pending_pod(
 
 def test_down_stops_every_process_and_frees_every_port(tmp_path: Path) -> None:
     """Drives the CLI like a user: up returns with the cluster still running, down cleans up."""
-    from specdeploy.sandbox.cluster import COMPONENTS, Sandbox
-    from specdeploy.sandbox.processes import pid_alive, port_is_free
+    from specdeploy_sandbox.cluster import COMPONENTS, Sandbox
+    from specdeploy_sandbox.processes import pid_alive, port_is_free
 
     name = f"pytest-down-{os.getpid()}"
     nodes_file = tmp_path / "nodes.yaml"

@@ -6,7 +6,7 @@ import io
 import subprocess
 from pathlib import Path
 
-from specdeploy.sandbox import engine_env, tiny_models
+from specdeploy_sandbox import engine_env, tiny_models
 
 
 def _head(repo: Path) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specdeploy.sandbox import venvs
+from specdeploy_sandbox import venvs
 
 
 def test_a_failed_install_is_removed_and_reported_then_a_good_one_is_reused(

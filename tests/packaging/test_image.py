@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tomllib
 import venv
+import zipfile
 from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
@@ -225,6 +226,10 @@ def test_image_install_steps_in_a_clean_venv(tmp_path: Path) -> None:
     shutil.copytree(REPO / "operator", context / "operator", ignore=shutil.ignore_patterns("__pycache__"))
     _run([*pip, "wheel", "--no-deps", "--wheel-dir", str(dist), "."], cwd=context)
     (wheel,) = dist.glob("specdeploy-*.whl")
+    # The product alone: the local sandbox is its own distribution (sandbox/), not in the image.
+    names = zipfile.ZipFile(wheel).namelist()
+    assert [n for n in names if "sandbox" in n] == [], "the operator wheel must not ship the sandbox"
+    assert "specdeploy/data/offline-cluster.yaml" in names
 
     env_dir = tmp_path / "image"
     venv.create(env_dir, with_pip=True)
@@ -243,6 +248,8 @@ def test_image_install_steps_in_a_clean_venv(tmp_path: Path) -> None:
 
     program = str(env_dir / "bin" / "specdeploy")
     assert _run([program, "--version"]).strip() == f"specdeploy {specdeploy.__version__}"
+    help_text = _run([program, "--help"])
+    assert "plan" in help_text and "sandbox" not in help_text and "demo" not in help_text
     _run([program, "check", *SEED_PAIR], timeout=120)
     installed = {line.split("==")[0].lower() for line in _run([python, "-m", "pip", "freeze"]).splitlines()}
     assert {"transformers", "jinja2"} <= installed and not TEST_ONLY & installed

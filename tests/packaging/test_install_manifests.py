@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 import specdeploy
-from specdeploy.sandbox import binaries
+from specdeploy_sandbox import binaries
 from support.paths import REPO
 
 CHART = REPO / "charts" / "specdeploy"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from specdeploy.sandbox import venvs
+from specdeploy_sandbox import venvs
 from support.paths import REPO
 
 CHART = REPO / "charts" / "specdeploy"

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from specdeploy.sandbox.operator_process import LocalOperator
+from specdeploy_sandbox.operator_process import LocalOperator
 from support.paths import CRD_FILE, CRD_NAME
 
 T = TypeVar("T")

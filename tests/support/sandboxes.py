@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from specdeploy.sandbox import nodes
-from specdeploy.sandbox.cluster import Sandbox
+from specdeploy_sandbox import nodes
+from specdeploy_sandbox.cluster import Sandbox
 from support.kube import Cluster
 
 

@@ -23,7 +23,7 @@ from specdeploy.api.spec import QUANTITY_PATTERN
 from specdeploy.controller import admission
 from specdeploy.modelinfo import ModelResolver, RetryPolicy
 from specdeploy.planning import inventory_from_nodes
-from specdeploy.sandbox.nodes import gpu_node, node_manifest
+from specdeploy.planning.offline import gpu_node_object
 from support.fuzz import any_spec, configmap_data, example_spec, node_labels, secret_values
 
 NAMESPACE = "team"
@@ -61,7 +61,7 @@ def body(spec: dict[str, Any] | None = None, **changes: Any) -> dict[str, Any]:
 
 
 def h100s() -> Any:
-    return inventory_from_nodes([node_manifest(gpu_node("gpu-0", H100, 8))])
+    return inventory_from_nodes([gpu_node_object("gpu-0", H100, 8)])
 
 
 def conditions(desired: pipeline.Desired) -> dict[str, tuple[str, str, str]]:
@@ -203,7 +203,7 @@ def test_a_hub_endpoint_that_is_not_an_http_url_is_a_condition_naming_the_field(
 def test_a_negative_or_zero_memory_label_counts_as_no_label() -> None:
     nodes = []
     for index, memory in enumerate(("-81559", "0", "abc")):
-        manifest = node_manifest(gpu_node(f"gpu-{index}", "acme-gpu", 8, gpu_memory_mib=1))
+        manifest = gpu_node_object(f"gpu-{index}", "acme-gpu", 8, memory_mib=1)
         manifest["metadata"]["labels"]["nvidia.com/gpu.memory"] = memory
         nodes.append(manifest)
     assert {n.memory_mib for n in inventory_from_nodes(nodes).nodes} == {None}
@@ -219,7 +219,7 @@ def test_a_bug_anywhere_in_the_pipeline_becomes_a_retried_condition(resolver: Mo
 def _nodes(labels: list[dict[str, str]], allocatable: list[str]) -> list[dict[str, Any]]:
     nodes = []
     for index, (extra, gpus) in enumerate(zip(labels, allocatable, strict=False)):
-        manifest = node_manifest(gpu_node(f"fuzz-{index}", H100, 8))
+        manifest = gpu_node_object(f"fuzz-{index}", H100, 8)
         manifest["metadata"]["labels"].update(extra)
         manifest["status"]["allocatable"]["nvidia.com/gpu"] = gpus
         nodes.append(manifest)

@@ -8,7 +8,7 @@ import pytest
 
 from specdeploy import planning
 from specdeploy.planning import gpus
-from specdeploy.sandbox.nodes import default_inventory
+from specdeploy.planning.offline import offline_inventory
 
 
 def node(
@@ -141,8 +141,8 @@ def test_inventory_is_order_independent() -> None:
     assert planning.inventory_from_nodes(nodes) == planning.inventory_from_nodes(reversed(nodes))
 
 
-def test_default_inventory_is_the_sandbox_cluster() -> None:
-    summary = {(c.product, c.nodes, c.max_gpus_per_node) for c in default_inventory().products()}
+def test_the_offline_cluster_is_2x8_h100_1x8_a100_2x4_l4() -> None:
+    summary = {(c.product, c.nodes, c.max_gpus_per_node) for c in offline_inventory().products()}
     assert summary == {
         ("NVIDIA-H100-80GB-HBM3", 2, 8),
         ("NVIDIA-A100-SXM4-40GB", 1, 8),

@@ -20,7 +20,7 @@ from planning_models import (
 from specdeploy import api, planning
 from specdeploy.modelinfo import ModelInfo
 from specdeploy.planning import Reason
-from specdeploy.sandbox.nodes import default_inventory
+from specdeploy.planning.offline import offline_inventory
 
 GIB = 1 << 30
 
@@ -35,7 +35,7 @@ def run(
     speculator: ModelInfo | None = None,
     inventory: str | None = None,
 ) -> planning.PlanOutcome:
-    cluster = planning.parse_gpus_flag(inventory) if inventory else default_inventory()
+    cluster = planning.parse_gpus_flag(inventory) if inventory else offline_inventory()
     return planning.plan(the_spec, verifier, speculator, cluster)
 
 

@@ -33,7 +33,7 @@ from specdeploy.controller.runtime import RETRY_MIN_SECONDS, Key
 from specdeploy.modelinfo import ModelResolver
 from specdeploy.planning import inventory_from_nodes
 from specdeploy.planning.inventory import planner_view
-from specdeploy.sandbox.nodes import gpu_node, load_node_specs, node_manifest
+from specdeploy.planning.offline import gpu_node_object, offline_node_objects
 from support.paths import REPO
 
 EXAMPLE = REPO / "manifests" / "examples" / "qwen3-30b-a3b-instruct-2507-eagle3.yaml"
@@ -91,8 +91,8 @@ def b200_only(name: str = "qwen3-b200") -> dict[str, Any]:
 
 
 def node(name: str, product: str, gpus: int = 8, heartbeat: str = "2025-01-01T00:00:00Z") -> dict[str, Any]:
-    """A Node as the sandbox creates it, with a Ready condition whose heartbeat moves."""
-    body = node_manifest(gpu_node(name, product, gpus))
+    """A GPU Node as a cluster presents it, with a Ready condition whose heartbeat moves."""
+    body = gpu_node_object(name, product, gpus)
     body["status"]["conditions"] = [{"type": "Ready", "status": "True", "lastHeartbeatTime": heartbeat}]
     return body
 
@@ -669,9 +669,9 @@ def test_a_node_deletion_leaves_resources_that_are_not_waiting_alone(harness: Ha
     assert _outcome_counts() == before and harness.kube.writes() == 0
 
 
-def test_the_packaged_sandbox_nodes_plan_the_seed_on_h100(harness: Harness) -> None:
-    """The packaged sandbox cluster (load_node_specs) as the view's nodes: the seed lands on H100."""
-    harness.view.node_objects = {s.name: node_manifest(s) for s in load_node_specs()}
+def test_the_offline_cluster_plans_the_seed_on_h100(harness: Harness) -> None:
+    """The offline cluster (the sandbox's GPU nodes too) as the view's nodes: the seed lands on H100."""
+    harness.view.node_objects = {n["metadata"]["name"]: n for n in offline_node_objects()}
     harness.view.add(resource())
     assert harness.run() == "converged"
     ((_, patch),) = harness.kube.status_patches

@@ -2,11 +2,11 @@
 
 Runs the operator's planner (``specdeploy.planning.plan``) against a hypothetical inventory
 (``--gpus h100-80gb:8,l4:4``), a real cluster's nodes (``--kubeconfig``) or, by default, the
-sandbox's default cluster. The models are resolved exactly as the operator resolves them
-(``specdeploy.pairing``: catalog shorthands, local directories, the Hub). Exit 0 when a plan
-fits, 1 when nothing fits (the message says what would), 2 on bad input (unreadable file,
-invalid spec or --gpus, invalid tensor size, unknown GPU product, models whose metadata cannot
-be found).
+offline cluster (``planning.offline``: 2 x 8 H100, 1 x 8 A100 40GB, 2 x 4 L4). The models are
+resolved exactly as the operator resolves them (``specdeploy.pairing``: catalog shorthands, local
+directories, the Hub). Exit 0 when a plan fits, 1 when nothing fits (the message says what would),
+2 on bad input (unreadable file, invalid spec or --gpus, invalid tensor size, unknown GPU product,
+models whose metadata cannot be found).
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     from specdeploy import pairing, planning
     from specdeploy.modelinfo import ModelResolver, ModelUnavailable
     from specdeploy.modelinfo.hub import HubEndpointError, default_endpoint
-    from specdeploy.sandbox.nodes import default_inventory
+    from specdeploy.planning.offline import offline_inventory
 
     try:
         default_endpoint()
@@ -155,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
         elif args.kubeconfig:
             inventory = cluster_inventory(args.kubeconfig)
         else:
-            inventory = default_inventory()
+            inventory = offline_inventory()
     except (PlanInputError, planning.GpuInventoryError, HubEndpointError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -26,7 +26,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--gpus",
         help="hypothetical GPU inventory as alias:GPUs-per-node, e.g. h100-80gb:8,l4:4 "
-        "(default: the sandbox's default cluster)",
+        "(default: the offline cluster, 2 x 8 H100, 1 x 8 A100 40GB, 2 x 4 L4)",
     )
     parser.set_defaults(func=run)
 
@@ -43,12 +43,12 @@ def run(args: argparse.Namespace) -> int:
     from specdeploy import pipeline, planning
     from specdeploy.modelinfo import ModelResolver
     from specdeploy.modelinfo.hub import default_endpoint
-    from specdeploy.sandbox.nodes import default_inventory
+    from specdeploy.planning.offline import offline_inventory
 
     try:
         default_endpoint()  # a bad SPECDEPLOY_HUB_ENDPOINT is bad input (exit 2), not a crash
         resources = load_resources(args.filename)
-        inventory = planning.parse_gpus_flag(args.gpus) if args.gpus else default_inventory()
+        inventory = planning.parse_gpus_flag(args.gpus) if args.gpus else offline_inventory()
     except (OSError, yaml.YAMLError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
