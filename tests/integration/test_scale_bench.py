@@ -1,5 +1,5 @@
 """bench/reconcile_scale.py in its small form: the scale benchmark (operator and raw `kubectl
-apply` side by side) still runs end to end and reports every figure docs/operations.md quotes.
+apply` side by side) still runs end to end and reports every figure docs/scale.md quotes.
 Not a timed test: the figures are the machine's, so only what holds on any machine is asserted."""
 
 from __future__ import annotations

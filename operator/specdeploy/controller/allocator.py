@@ -4,7 +4,7 @@ glibc gives each thread that allocates its own arena and keeps what is freed the
 arena's next use. The operator's API-call threads each parse and build objects of tens of
 kilobytes, so every one of them kept its own high-water mark: at 1000 resources the peak
 resident memory fell from 199 MiB to 186 MiB with two arenas, and a restarted operator's from
-272 MiB to 223 MiB (docs/operations.md). The same as MALLOC_ARENA_MAX=2, which, when set, wins.
+272 MiB to 223 MiB (docs/scale.md). The same as MALLOC_ARENA_MAX=2, which, when set, wins.
 """
 
 from __future__ import annotations
