@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from specdeploy_sandbox.enginenode.logs import read_log, tail_lines, termination_message
-from specdeploy_sandbox.enginenode.pods import go_duration
+from specdeploy_sandbox.enginenode.pod_worker import go_duration
 from specdeploy_sandbox.enginenode.restarts import backoff_seconds, restart_delay, should_restart
 
 

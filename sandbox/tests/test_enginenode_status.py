@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specdeploy_sandbox.enginenode.status import (
+from specdeploy_sandbox.enginenode.pod_status import (
     ContainerView,
     Running,
     Terminated,

@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from specdeploy_sandbox.enginenode import kubelet_api
+from specdeploy_sandbox.enginenode.apiclient import Gone, Kube
 from specdeploy_sandbox.enginenode.images import ImageMap
 from specdeploy_sandbox.enginenode.ipam import IpAllocator
-from specdeploy_sandbox.enginenode.kube import Gone, Kube
 from specdeploy_sandbox.enginenode.kubelet_api import LogRef, LogUnavailable
 from specdeploy_sandbox.enginenode.pgids import PgidRegistry
-from specdeploy_sandbox.enginenode.pods import HOST_IP, NodeContext, PodWorker
-from specdeploy_sandbox.enginenode.status import now_rfc3339
+from specdeploy_sandbox.enginenode.pod_status import now_rfc3339
+from specdeploy_sandbox.enginenode.pod_worker import HOST_IP, NodeContext, PodWorker
 
 WATCH_SECONDS = 300
 BACKOFF_MIN_S = 0.5

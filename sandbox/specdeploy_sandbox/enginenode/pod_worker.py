@@ -24,23 +24,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specdeploy_sandbox.enginenode.apiclient import Kube
 from specdeploy_sandbox.enginenode.bind_hook import POD_IP_ENV
 from specdeploy_sandbox.enginenode.containers import ContainerProcess, exit_code
 from specdeploy_sandbox.enginenode.environment import ConfigError, Kind, container_argv, container_env
 from specdeploy_sandbox.enginenode.images import ImageMap, ImagePullError
 from specdeploy_sandbox.enginenode.ipam import IpAllocator
-from specdeploy_sandbox.enginenode.kube import Kube
 from specdeploy_sandbox.enginenode.kubelet_api import LogRef, LogUnavailable
 from specdeploy_sandbox.enginenode.logs import termination_message
 from specdeploy_sandbox.enginenode.pgids import PgidRegistry
-from specdeploy_sandbox.enginenode.probes import ProbeConfigError, ProbeTracker, parse_probe, run_probe
-from specdeploy_sandbox.enginenode.restarts import (
-    RESET_AFTER_RUNNING_S,
-    backoff_seconds,
-    restart_delay,
-    should_restart,
-)
-from specdeploy_sandbox.enginenode.status import (
+from specdeploy_sandbox.enginenode.pod_status import (
     POD_CONDITIONS,
     ContainerView,
     Running,
@@ -48,6 +41,13 @@ from specdeploy_sandbox.enginenode.status import (
     Waiting,
     now_rfc3339,
     pod_status,
+)
+from specdeploy_sandbox.enginenode.probes import ProbeConfigError, ProbeTracker, parse_probe, run_probe
+from specdeploy_sandbox.enginenode.restarts import (
+    RESET_AFTER_RUNNING_S,
+    backoff_seconds,
+    restart_delay,
+    should_restart,
 )
 from specdeploy_sandbox.enginenode.volumes import PodDir, prepare, share_node_caches, working_dir
 
