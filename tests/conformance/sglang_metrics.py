@@ -1,7 +1,7 @@
 """Render SGLang's ``/metrics`` with SGLang's own collectors; run by the SGLang venv's interpreter.
 
 The operator reads SGLang's speculative decoding counters from that text
-(``specdeploy.acceptance.counters.sglang_counters``), and no SGLang server runs without a GPU. So
+(``specdeploy.acceptance.counters.per_request_counters``), and no SGLang server runs without a GPU. So
 this plays the metrics part of a server's processes as SGLang wires them: the launcher sets up
 the prometheus multiprocess directory (``set_prometheus_multiproc_dir``); each spawned scheduler
 process publishes its config and logs one ``SchedulerStats`` through ``SchedulerMetricsCollector``;

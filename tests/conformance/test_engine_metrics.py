@@ -18,20 +18,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine_venvs import install_timeout, run_helper
-from specdeploy.acceptance.counters import (
-    SGLANG_GENERATION_TOKENS,
-    SGLANG_NUM_DRAFT_TOKENS,
-    SGLANG_NUM_STEPS,
-    SGLANG_REQUESTS,
-    SGLANG_VERIFY_CALLS,
-    VLLM_ACCEPTED,
-    VLLM_ACCEPTED_PER_POS,
-    VLLM_DRAFT_TOKENS,
-    VLLM_DRAFTS,
-    NoSpeculationMetrics,
-    SpecCounters,
-    counters,
-)
+from specdeploy.acceptance.counters import NoSpeculationMetrics, SpecCounters, counters
+from specdeploy.enginefacts import SGLANG_METRICS, VLLM_METRICS
 
 Render = Callable[[str, dict[str, Any]], str]
 
@@ -106,11 +94,11 @@ def test_sglang_exposes_the_names_the_parser_reads(render: Render) -> None:
         assert f"\n{name}{{" in text, f"{name} not in SGLang's exposition"
         assert types.get(name) == kind, f"{name} is a {types.get(name)}, not a {kind}"
     assert {
-        SGLANG_VERIFY_CALLS,
-        SGLANG_GENERATION_TOKENS,
-        SGLANG_REQUESTS,
-        SGLANG_NUM_DRAFT_TOKENS,
-        SGLANG_NUM_STEPS,
+        SGLANG_METRICS.verify_calls,
+        SGLANG_METRICS.generation_tokens,
+        SGLANG_METRICS.requests,
+        SGLANG_METRICS.draft_tokens_per_round,
+        SGLANG_METRICS.steps_per_round,
     } <= types.keys()
 
 
@@ -155,10 +143,10 @@ def test_sglang_counters_under_dp_attention(render: Render) -> None:
 def test_vllm_counters_from_its_own_logger(render: Render) -> None:
     text = render("vllm", VLLM_JOB)
     for name in (
-        VLLM_DRAFTS,
-        VLLM_DRAFT_TOKENS,
-        VLLM_ACCEPTED,
-        VLLM_ACCEPTED_PER_POS,
+        VLLM_METRICS.drafts,
+        VLLM_METRICS.draft_tokens,
+        VLLM_METRICS.accepted,
+        VLLM_METRICS.accepted_per_position,
     ):
         assert f"\n{name}{{" in text, f"{name} not in vLLM's exposition"
     assert counters("vllm", text) == SpecCounters(

@@ -1,7 +1,7 @@
 """Render vLLM's ``/metrics`` with vLLM's own spec-decode logger; run by the vLLM venv's interpreter.
 
 The operator reads vLLM's speculative decoding counters from that text
-(``specdeploy.acceptance.counters.vllm_counters``), and no vLLM engine runs here without a GPU.
+(``specdeploy.acceptance.counters.per_step_counters``), and no vLLM engine runs here without a GPU.
 So this builds ``SpecDecodingProm`` with the labels ``PrometheusStatLogger`` gives it (one engine,
 index 0) and an n-gram ``SpeculativeConfig`` (no checkpoint needed), feeds it scheduler steps as
 ``SpecDecodingStats.observe_draft`` counts them, and answers ``GET /metrics`` through vLLM's own

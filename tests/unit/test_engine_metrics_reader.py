@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from specdeploy.controller import status
 from specdeploy.controller.engine_metrics import EngineMetricsReader, FetchError
 from specdeploy.controller.pods import ContainerView, PodView, command_digest
 from specdeploy.controller.runtime import Key
@@ -46,6 +47,7 @@ def pod(
     command: list[str] = COMMAND,
     restarts: int = 0,
     serving_since: float | None = None,
+    engine: str = "vllm",
 ) -> PodView:
     container = ContainerView("engine", "img", restarts, None, "", None, None)
     return PodView(
@@ -54,7 +56,7 @@ def pod(
         deleting=False,
         ready=ready,
         containers=(container,),
-        engine="vllm",
+        engine=engine,
         ip=ip,
         port=8000,
         command=command_digest(command),
@@ -211,6 +213,27 @@ def test_unreachable_pods_are_reported_and_do_not_stop_the_others() -> None:
     assert broken.failure == "pod pair-0-a: no answer within 5s"
     assert garbled is not None and garbled.answered == 0 and garbled.failure is not None
     assert fine is not None and fine.answered == 1 and fine.failure is None
+
+
+def test_a_pod_of_an_unknown_engine_is_not_read_as_vllm() -> None:
+    """A pod labelled with an engine this operator does not know (another release's, or no label)
+    is not fetched and not parsed with vLLM's names: the failure says why and reaches the
+    condition as MetricsUnavailable."""
+    for label in ("tgi", ""):
+        view, fetch, clock = View(), FakeFetch(), Clock()
+        key = one_pair(view, engine=label)
+        fetch.answers[url("10.0.0.1")] = exposition(50, 150)
+        subject = reader(fetch, clock)
+        assert asyncio.run(subject.read_round(view)) == [key]
+        assert fetch.urls == []
+        found = subject.reading(key)
+        assert found is not None and found.answered == 0 and found.counters.drafts == 0
+        assert found.failure == (
+            f"pod pair-a: unknown engine {label!r}; known: vllm, sglang (label specdeploy.io/engine)"
+        )
+        _, condition = status.speculation(view.resources[key], COMMAND, found, 1)
+        assert (condition.status, condition.reason) == ("Unknown", "MetricsUnavailable")
+        assert f"unknown engine {label!r}" in condition.message
 
 
 def test_concurrency_is_bounded() -> None:

@@ -4,18 +4,18 @@ Sits above the pipeline and below the controller: pure functions and plain data,
 figures and the SpeculationEffective condition are unit-tested without a cluster or an engine.
 """
 
-from specdeploy.acceptance.counters import FAMILY_PREFIXES, NoSpeculationMetrics, SpecCounters, counters
+from specdeploy.acceptance.counters import NoSpeculationMetrics, SpecCounters, counters, counters_from
 from specdeploy.acceptance.verdict import Reading, decimal, figures, judge
 from specdeploy.acceptance.window import Totals, Window
 
 __all__ = [
-    "FAMILY_PREFIXES",
     "NoSpeculationMetrics",
     "Reading",
     "SpecCounters",
     "Totals",
     "Window",
     "counters",
+    "counters_from",
     "decimal",
     "figures",
     "judge",

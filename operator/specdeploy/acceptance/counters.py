@@ -1,10 +1,11 @@
 """An engine's speculative decoding counters, read from its Prometheus exposition.
 
-Each engine names them differently; both are reduced to one engine-neutral :class:`SpecCounters`
-(cumulative since the engine process started), so the window and the figures never ask which
-engine produced them. The exposition is parsed by ``prometheus_client``; only the lines of the
-families needed are handed to it, since an engine's full exposition (latency histograms per
-label set) is a hundred times larger than the few counters read here.
+Each engine names them differently (its ``enginefacts`` record holds the names and how it
+counts); all are reduced to one engine-neutral :class:`SpecCounters` (cumulative since the engine
+process started), so the window and the figures never ask which engine produced them. The
+exposition is parsed by ``prometheus_client``; only the lines of the families needed are handed
+to it, since an engine's full exposition (latency histograms per label set) is a hundred times
+larger than the few counters read here.
 """
 
 from __future__ import annotations
@@ -16,32 +17,11 @@ from dataclasses import dataclass
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from specdeploy.api import EngineName
-
-VLLM_PREFIX = "vllm:spec_decode_num_"
-VLLM_DRAFTS = "vllm:spec_decode_num_drafts_total"
-VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
-VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
-VLLM_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+from specdeploy.enginefacts import PerRequestMetrics, PerStepMetrics, SpecMetrics, facts_for
 
 # Proposed tokens per step are at most 16 (spec.speculator.numSpeculativeTokens); a position
 # label beyond this is not an engine's.
 MAX_POSITIONS = 64
-
-SGLANG_GENERATION_TOKENS = "sglang:generation_tokens_total"
-SGLANG_REQUESTS = "sglang:num_requests_total"
-SGLANG_VERIFY_CALLS = "sglang:spec_verify_calls_total"
-SGLANG_NUM_DRAFT_TOKENS = "sglang:spec_num_draft_tokens"
-SGLANG_NUM_STEPS = "sglang:spec_num_steps"
-SGLANG_FAMILIES = (
-    "sglang:generation_tokens",
-    "sglang:num_requests",
-    "sglang:spec_verify_calls",
-    "sglang:spec_num_",
-)
-
-# The families each engine's parser reads: what a reader of /metrics needs to keep.
-FAMILY_PREFIXES: dict[EngineName, tuple[str, ...]] = {"vllm": (VLLM_PREFIX,), "sglang": SGLANG_FAMILIES}
 
 
 class NoSpeculationMetrics(ValueError):
@@ -130,31 +110,32 @@ def _setting(samples: list[Sample], name: str) -> int | None:
     return _count(max(values)) if values else None
 
 
-def vllm_counters(text: str) -> SpecCounters:
-    """vLLM's counters: ``vllm:spec_decode_num_{drafts,draft_tokens,accepted_tokens}_total`` and
-    ``..._accepted_tokens_per_pos_total{position}``, summed over its engine cores."""
-    samples = list(_samples(text, FAMILY_PREFIXES["vllm"]))
-    drafts = _total(samples, VLLM_DRAFTS)
+def per_step_counters(names: PerStepMetrics, text: str) -> SpecCounters:
+    """Counters of every verifier step (vLLM's ``vllm:spec_decode_num_{drafts,draft_tokens,
+    accepted_tokens}_total`` and ``..._accepted_tokens_per_pos_total{position}``), summed over
+    its engine cores."""
+    samples = list(_samples(text, names.families))
+    drafts = _total(samples, names.drafts)
     if drafts is None:
-        raise NoSpeculationMetrics(f"no {VLLM_DRAFTS} in the exposition")
+        raise NoSpeculationMetrics(f"no {names.drafts} in the exposition")
     by_position: dict[int, float] = {}
     for sample in samples:
         label = sample.labels.get("position", "")
-        if sample.name == VLLM_ACCEPTED_PER_POS and label.isdigit() and int(label) < MAX_POSITIONS:
+        if sample.name == names.accepted_per_position and label.isdigit() and int(label) < MAX_POSITIONS:
             position = int(label)
             by_position[position] = by_position.get(position, 0.0) + sample.value
     width = max(by_position, default=-1) + 1
     return SpecCounters(
         drafts=drafts,
-        draft_tokens=_total(samples, VLLM_DRAFT_TOKENS) or 0,
-        accepted=_total(samples, VLLM_ACCEPTED) or 0,
+        draft_tokens=_total(samples, names.draft_tokens) or 0,
+        accepted=_total(samples, names.accepted) or 0,
         per_position=tuple(_count(by_position.get(i, 0.0)) for i in range(width)),
     )
 
 
-def sglang_counters(text: str) -> SpecCounters:
-    """SGLang's: ``sglang:spec_verify_calls_total`` (verifier steps), ``sglang:generation_tokens_total``
-    (tokens generated) and ``sglang:num_requests_total``, all counted per finished request.
+def per_request_counters(names: PerRequestMetrics, text: str) -> SpecCounters:
+    """Counts of finished requests (SGLang's ``sglang:spec_verify_calls_total``: verifier steps,
+    ``sglang:generation_tokens_total``: tokens generated, and ``sglang:num_requests_total``).
 
     A request's first token comes from prefill and each verify step yields the kept drafts plus
     one token of the verifier's own, so the kept drafts are tokens - requests - verify calls;
@@ -163,15 +144,15 @@ def sglang_counters(text: str) -> SpecCounters:
     counts. The verify-call counter has no sample until a speculative request finished: with
     the scheduler's gauges present, that reads as zero.
     """
-    samples = list(_samples(text, FAMILY_PREFIXES["sglang"]))
-    num_draft_tokens = _setting(samples, SGLANG_NUM_DRAFT_TOKENS) or 0
-    steps = _setting(samples, SGLANG_NUM_STEPS)
-    calls = _total(samples, SGLANG_VERIFY_CALLS)
+    samples = list(_samples(text, names.families))
+    num_draft_tokens = _setting(samples, names.draft_tokens_per_round) or 0
+    steps = _setting(samples, names.steps_per_round)
+    calls = _total(samples, names.verify_calls)
     if calls is None and steps is None and not num_draft_tokens:
-        raise NoSpeculationMetrics(f"no {SGLANG_VERIFY_CALLS} in the exposition")
+        raise NoSpeculationMetrics(f"no {names.verify_calls} in the exposition")
     calls = calls or 0
-    tokens = _total(samples, SGLANG_GENERATION_TOKENS) or 0
-    requests = _total(samples, SGLANG_REQUESTS) or 0
+    tokens = _total(samples, names.generation_tokens) or 0
+    requests = _total(samples, names.requests) or 0
     per_round = num_draft_tokens - 1 if num_draft_tokens > 1 else steps or 0
     proposed = calls * per_round
     return SpecCounters(
@@ -182,12 +163,14 @@ def sglang_counters(text: str) -> SpecCounters:
     )
 
 
-PARSERS: dict[EngineName, Callable[[str], SpecCounters]] = {
-    "vllm": vllm_counters,
-    "sglang": sglang_counters,
-}
+def counters_from(names: SpecMetrics, text: str) -> SpecCounters:
+    """The counters an exposition holds under ``names``; NoSpeculationMetrics when it has none."""
+    if isinstance(names, PerStepMetrics):
+        return per_step_counters(names, text)
+    return per_request_counters(names, text)
 
 
-def counters(engine: EngineName, text: str) -> SpecCounters:
-    """The engine's counters from its /metrics text; NoSpeculationMetrics when it exports none."""
-    return PARSERS[engine](text)
+def counters(engine: str, text: str) -> SpecCounters:
+    """The engine's counters from its /metrics text; NoSpeculationMetrics when it exports none,
+    ``enginefacts.UnknownEngine`` when no engine is called so."""
+    return counters_from(facts_for(engine).metrics, text)

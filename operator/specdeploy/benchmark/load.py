@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass
 from importlib import resources
 
-from specdeploy.acceptance import FAMILY_PREFIXES
 from specdeploy.api import EngineName
+from specdeploy.enginefacts import facts_for
 
 SPECULATIVE, BASELINE = "speculative", "baseline"
 PERCENTILES = "50,99"
@@ -82,7 +82,7 @@ def plan(
             if target == SPECULATIVE:
                 step["metricsUrl"] = f"{url}/metrics"
             steps.append(step)
-    return {"steps": steps, "metricPrefixes": list(FAMILY_PREFIXES[engine])}
+    return {"steps": steps, "metricPrefixes": list(facts_for(engine).metrics.families)}
 
 
 def command(driver_plan: dict[str, object]) -> list[str]:

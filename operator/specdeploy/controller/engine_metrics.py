@@ -23,8 +23,8 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from specdeploy import acceptance, api
-from specdeploy.children import METRICS_PATH
+from specdeploy import acceptance, enginefacts
+from specdeploy.children import ENGINE_LABEL, METRICS_PATH
 from specdeploy.controller import metrics, status
 from specdeploy.controller.pods import PodView, command_digest, serving
 from specdeploy.controller.runtime import Key
@@ -233,8 +233,13 @@ class EngineMetricsReader:
     async def _read(self, pod: PodView) -> _Read:
         async with self._limit:
             try:
+                names = enginefacts.facts_for(pod.engine).metrics
                 text = await self.fetch(metrics_url(pod))
-                found = acceptance.counters(_engine(pod), text)
+                found = acceptance.counters_from(names, text)
+            except enginefacts.UnknownEngine as exc:
+                # Not fetched: the engine label names no engine this operator can read.
+                metrics.ENGINE_READS.labels("unknown_engine").inc()
+                return _Read(pod, None, f"pod {pod.name}: {exc} (label {ENGINE_LABEL})")
             except FetchError as exc:
                 metrics.ENGINE_READS.labels("unreachable").inc()
                 return _Read(pod, None, f"pod {pod.name}: {exc}")
@@ -294,7 +299,3 @@ class EngineMetricsReader:
         self._readings[key] = reading
         metrics.publish_window(key, totals.counters.draft_tokens)
         return reading
-
-
-def _engine(pod: PodView) -> api.EngineName:
-    return "sglang" if pod.engine == "sglang" else "vllm"

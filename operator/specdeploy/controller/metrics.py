@@ -27,7 +27,8 @@ RECONCILE_SECONDS = Histogram(
 )
 ENGINE_READS = Counter(
     "specdeploy_engine_metrics_reads_total",
-    "Reads of engine pods' /metrics, by outcome: ok, unreachable, no_speculation or unparsable.",
+    "Reads of engine pods' /metrics, by outcome: "
+    "ok, unreachable, no_speculation, unparsable or unknown_engine.",
     ["outcome"],
 )
 ENGINE_READ_ROUND_SECONDS = Histogram(

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from specdeploy import api
+from specdeploy.enginefacts import EngineFacts
 from specdeploy.planning.parallelism import allowed_draft_tp, explicit_draft_tp
 
 HOST = "0.0.0.0"
@@ -72,6 +73,11 @@ class Engine(Protocol):
     @property
     def name(self) -> api.EngineName:
         """The ``spec.engine.name`` value selecting this engine."""
+        ...
+
+    @property
+    def facts(self) -> EngineFacts:
+        """What planning and acceptance know of this engine (``specdeploy.enginefacts``)."""
         ...
 
     @property

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from specdeploy import api
+from specdeploy.enginefacts import SGLANG, EngineFacts
 from specdeploy.engines.base import (
     HOST,
     LEADER_ADDRESS,
@@ -163,6 +164,7 @@ class SglangEngine:
     """The SGLang server (``sglang.launch_server``)."""
 
     name: ClassVar[api.EngineName] = "sglang"
+    facts: ClassVar[EngineFacts] = SGLANG
     version: ClassVar[str] = VERSION
     default_image: ClassVar[str] = DEFAULT_IMAGE
     port: ClassVar[int] = PORT

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from specdeploy import api
+from specdeploy.enginefacts import VLLM, EngineFacts
 from specdeploy.engines.base import (
     HOST,
     LEADER_ADDRESS,
@@ -82,6 +83,7 @@ class VllmEngine:
     """The vLLM OpenAI-compatible server."""
 
     name: ClassVar[api.EngineName] = "vllm"
+    facts: ClassVar[EngineFacts] = VLLM
     version: ClassVar[str] = VERSION
     default_image: ClassVar[str] = DEFAULT_IMAGE
     port: ClassVar[int] = PORT

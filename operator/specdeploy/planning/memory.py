@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from specdeploy import api
+from specdeploy.enginefacts import facts_for
 from specdeploy.modelinfo import ModelInfo
 from specdeploy.modelinfo.config import draft_layer_config, is_eagle3_draft
 from specdeploy.planning.gpus import GIB
@@ -109,11 +110,14 @@ def _kv_per_token(shape: ModelShape, tp: int, dtype_bytes: int, pp: int = 1) -> 
 
 
 def kv_cache_dtype_bytes(spec: api.SpeculativeDeploymentSpec) -> int:
-    """1 for an FP8 KV cache (vLLM --kv-cache-dtype fp8*), else 2 (the bf16/fp16 activations)."""
-    vllm = spec.engine.vllm
-    if spec.engine.name == "vllm" and vllm is not None and (vllm.kv_cache_dtype or "auto").startswith("fp8"):
-        return 1
-    return 2
+    """1 for an FP8 KV cache (vLLM --kv-cache-dtype fp8*), else 2 (the bf16/fp16 activations).
+
+    Only vLLM's options carry one; it counts when the engine's facts list it, so vLLM options
+    left on another engine's spec change nothing.
+    """
+    options = spec.engine.vllm
+    dtype = (options.kv_cache_dtype if options is not None else None) or "auto"
+    return 1 if dtype in facts_for(spec.engine.name).kv_cache_dtypes and dtype.startswith("fp8") else 2
 
 
 def estimate_memory(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specdeploy import api
+from specdeploy.enginefacts import facts_for
 from specdeploy.planning.shape import ModelShape
 
 
@@ -42,16 +43,12 @@ def tensor_parallel_violations(
     return problems
 
 
-# How the planner's messages name the engines.
-_ENGINE_NAMES: dict[api.EngineName, str] = {"vllm": "vLLM", "sglang": "SGLang"}
-
-
 def allowed_draft_tp(engine: api.EngineName, tp: int) -> tuple[int, ...]:
     """The draft TP sizes ``engine`` runs beside a verifier sharded ``tp`` ways.
 
     vLLM also runs the draft unsharded (TP 1, on rank 0); SGLang shards it like the verifier.
     """
-    return (1, tp) if engine == "vllm" else (tp,)
+    return (1, tp) if facts_for(engine).draft_tp_one else (tp,)
 
 
 def explicit_draft_tp(spec: api.SpeculativeDeploymentSpec) -> int | None:
@@ -65,7 +62,7 @@ def draft_tp_violation(spec: api.SpeculativeDeploymentSpec, tp: int) -> str | No
     allowed = allowed_draft_tp(spec.engine.name, tp)
     if draft_tp is None or draft_tp in allowed:
         return None
-    engine = _ENGINE_NAMES[spec.engine.name]
+    engine = facts_for(spec.engine.name).display_name
     if len(allowed) > 1:
         return (
             f"{engine} runs the draft at tensor-parallel size {allowed[0]} or the verifier's ({tp}), "
@@ -79,12 +76,6 @@ def draft_tensor_parallel_size(spec: api.SpeculativeDeploymentSpec, tp: int) -> 
     return explicit_draft_tp(spec) or tp
 
 
-# The vLLM decoders that pass EAGLE-3's auxiliary hidden states from one pipeline stage to the
-# next (``supports_aux_hidden_states_over_pp`` in vLLM's model code: Llama, and Qwen2, whose model
-# Qwen3's dense one extends); vLLM refuses EAGLE-3 over pipeline stages for any other verifier.
-VLLM_EAGLE3_PIPELINE_ARCHITECTURES = frozenset({"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"})
-
-
 def pipeline_capable(engine: api.EngineName, architectures: Sequence[str]) -> bool:
     """Whether ``engine`` runs an EAGLE-3 draft beside this verifier split into pipeline stages.
 
@@ -92,7 +83,8 @@ def pipeline_capable(engine: api.EngineName, architectures: Sequence[str]) -> bo
     it. SGLang's documented multi-node form spans the nodes with tensor parallelism, so it is
     planned that way.
     """
-    return engine == "vllm" and any(a in VLLM_EAGLE3_PIPELINE_ARCHITECTURES for a in architectures)
+    pipeline = facts_for(engine).pipeline
+    return pipeline is not None and any(a in pipeline.architectures for a in architectures)
 
 
 def pipeline_violation(
@@ -105,10 +97,11 @@ def pipeline_violation(
         return f"pipeline size {pipeline} must be 1 or the replica's {nodes} nodes (one stage per node)"
     if pipeline_capable(engine, architectures):
         return None
-    if engine == "sglang":
-        return "SGLang spans nodes with tensor parallelism: set parallelism.pipeline to 1"
+    facts = facts_for(engine)
+    if facts.pipeline is None:
+        return f"{facts.display_name} spans nodes with tensor parallelism: set parallelism.pipeline to 1"
     named = ", ".join(architectures) or "an unknown architecture"
     return (
-        f"vLLM runs EAGLE-3 across pipeline stages only for Llama, Qwen2 and Qwen3 dense verifiers, "
-        f"not {named} ({model}): set parallelism.pipeline to 1"
+        f"{facts.display_name} runs EAGLE-3 across pipeline stages only for {facts.pipeline.described} "
+        f"verifiers, not {named} ({model}): set parallelism.pipeline to 1"
     )
