@@ -9,6 +9,7 @@ import hashlib
 import importlib
 import inspect
 from collections.abc import AsyncIterator
+from importlib import metadata
 from typing import Any, NamedTuple, cast
 
 import kopf
@@ -102,7 +103,7 @@ def kopf_source(module: str, name: str) -> str:
 def test_the_kopf_code_the_tuning_relies_on_is_unchanged(relied: Relied) -> None:
     digest = hashlib.sha256(kopf_source(relied.module, relied.name).encode()).hexdigest()
     assert digest == relied.sha256, (
-        f"{relied.module}.{relied.name} in kopf {kopf.__version__} is not the code recorded for "
+        f"{relied.module}.{relied.name} in kopf {metadata.version('kopf')} is not the code recorded for "
         f"kopf 1.45.2, and controller/kopf_tuning.py relies on it: {relied.recheck}. Re-check "
         "that against the new code, adapt kopf_tuning.py if needed, then record the new sha256 in "
         "RELIED_ON and move the kopf pin in pyproject.toml (and requirements/operator.lock)."
