@@ -1,10 +1,16 @@
-"""kopf's per-event costs the operator removes (controller/kopf_tuning.py), against the kopf it runs."""
+"""kopf's per-event costs the operator removes (controller/kopf_tuning.py), against the kopf it runs,
+and the kopf code the removal relies on, fingerprinted so that a kopf upgrade changing it fails here."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import hashlib
+import importlib
+import inspect
 from collections.abc import AsyncIterator
-from typing import Any, cast
+from importlib import metadata
+from typing import Any, NamedTuple, cast
 
 import kopf
 import pytest
@@ -14,6 +20,94 @@ from kopf._cogs.clients import watching
 from specdeploy.controller import kopf_tuning
 
 kopf_tuning.quiet_toggle_sets()
+
+
+class Relied(NamedTuple):
+    """One piece of kopf's code controller/kopf_tuning.py depends on, and what to re-check in it."""
+
+    module: str
+    name: str
+    sha256: str
+    recheck: str
+
+
+# Recorded against kopf 1.45.2, the release pyproject.toml pins (to its minor). A kopf upgrade that
+# changes any of these fails below: read the new code against what `recheck` says, adapt
+# kopf_tuning.py if needed, then record the new sha256 and move the pin.
+RELIED_ON = [
+    Relied(
+        "kopf._cogs.aiokits.aiotoggles",
+        "ToggleSet",
+        "8eea2936f0839f095c1241d397d62551acac66c8e7d71cbe83be7af6eed6c54f",
+        "make_toggle and drop_toggle are replaced by copies that notify only when is_on() flips; "
+        "they use _condition, _toggles and is_on(), and wait_for must still wait on the set's state "
+        "alone (drop_toggles is not replaced)",
+    ),
+    Relied(
+        "kopf._cogs.aiokits.aiotoggles",
+        "Toggle",
+        "0d9d9937781c58975b16cb4e278e00080b0f18388213b30215dabb7d6c4eda43",
+        "the replacement constructs Toggle(state, name=..., condition=...) sharing the set's "
+        "condition, and relies on turn_to notifying that condition itself",
+    ),
+    Relied(
+        "kopf._cogs.clients.watching",
+        "infinite_watch",
+        "e2c12e4f0626ffa50b08d5834c8487e51e167115952827ca943b822293a5568c",
+        "replaced by a wrapper that takes only keyword arguments, reads `resource` (group, plural) "
+        "and strips each event's `object` dict in place; Bookmarks pass through",
+    ),
+    Relied(
+        "kopf._core.reactor.queueing",
+        "watcher",
+        "9288d1d1f7c8ed5a955a0be251779b2422cd0427acb083c781e9e074fc8b2c2f",
+        "must call `watching.infinite_watch` through the module attribute at run time (so the "
+        "wrapper is seen), and add/drop the pre-population toggles one at a time",
+    ),
+    Relied(
+        "kopf._core.reactor.processing",
+        "process_resource_event",
+        "9ebeb2628dc986cd9c0eaff91676d33b456714e7c6099254a226d8503f86d081",
+        "held workers must wait only for operator_indexed's overall state (wait_for(True)), which "
+        "is what the wake-up fix keeps notifying",
+    ),
+    Relied(
+        "kopf._core.reactor.processing",
+        "_detect_causes",
+        "e147f418ca5039fbd59c25b6c7d65830ac48534e786cf037620f804a9fee47f9",
+        "the diff base (NoDiffBase, always empty) must be read only for change-detecting and "
+        "spawning handlers, none of which the operator registers",
+    ),
+    Relied(
+        "kopf._cogs.configs.diffbase",
+        "AnnotationsDiffBaseStorage",
+        "725dfc1752f43af8177d5e7a7e13beb083fd5f4c71140cf1afcabb58f62e77b0",
+        "NoDiffBase overrides build(body=, extra_fields=) and fetch(body=); their signatures and "
+        "meaning must hold",
+    ),
+]
+
+
+def kopf_source(module: str, name: str) -> str:
+    """The code of ``name`` as kopf's file has it (not the attribute, which the tuning replaces)."""
+    text = inspect.getsource(importlib.import_module(module))
+    definitions = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    found = [n for n in ast.parse(text).body if isinstance(n, definitions) and n.name == name]
+    assert found, f"{module}.{name} is gone from the installed kopf"
+    segment = ast.get_source_segment(text, found[0])
+    assert segment is not None
+    return segment
+
+
+@pytest.mark.parametrize("relied", RELIED_ON, ids=lambda r: f"{r.module}.{r.name}")
+def test_the_kopf_code_the_tuning_relies_on_is_unchanged(relied: Relied) -> None:
+    digest = hashlib.sha256(kopf_source(relied.module, relied.name).encode()).hexdigest()
+    assert digest == relied.sha256, (
+        f"{relied.module}.{relied.name} in kopf {metadata.version('kopf')} is not the code recorded for "
+        f"kopf 1.45.2, and controller/kopf_tuning.py relies on it: {relied.recheck}. Re-check "
+        "that against the new code, adapt kopf_tuning.py if needed, then record the new sha256 in "
+        "RELIED_ON and move the kopf pin in pyproject.toml (and requirements/operator.lock)."
+    )
 
 
 def counting_wakeups(toggles: aiotoggles.ToggleSet) -> list[int]:

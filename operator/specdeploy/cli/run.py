@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+from specdeploy.controller.options import OperatorOptions
 
 
 def register(subparsers: Any) -> None:
@@ -128,7 +131,33 @@ def _hub_endpoint(url: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
+def operator_options(args: argparse.Namespace) -> OperatorOptions:
+    """The parsed flags as the operator takes them (the namespace stops here)."""
+    return OperatorOptions(
+        namespaces=tuple(args.namespace),
+        probe_address=args.probe_address,
+        probe_port=args.probe_port,
+        metrics_port=args.metrics_port,
+        webhook_port=args.webhook_port,
+        webhook_address=args.webhook_address,
+        webhook_cert_dir=Path(args.webhook_cert_dir) if args.webhook_cert_dir else None,
+        webhook_host=args.webhook_host,
+        webhook_configure=args.webhook_configure,
+        webhook_client_ca=Path(args.webhook_client_ca) if args.webhook_client_ca else None,
+        read_token_secrets=args.read_token_secrets,
+        hub_endpoint=args.hub_endpoint,
+        acceptance_interval=args.acceptance_interval,
+        acceptance_timeout=args.acceptance_timeout,
+        acceptance_concurrency=args.acceptance_concurrency,
+        leader_elect=args.leader_elect,
+        leader_election_namespace=args.leader_election_namespace,
+        leader_election_id=args.leader_election_id,
+        leader_election_lease_seconds=args.leader_election_lease_seconds,
+        verbose=args.verbose,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from specdeploy.controller import main
 
-    return main.main(args)
+    return main.main(operator_options(args))

@@ -18,6 +18,11 @@ until every resource was reconciled, at 330 MiB, nearly all of it in kopf itself
   Each object is stripped of what no reconcile reads as it leaves the watch stream (engine pods
   down to what their projection reads), and the first listing comes in chunks, so a restart
   never holds a whole list's JSON at once.
+
+The diff base and the chunked listing go through ``kopf.OperatorSettings``; the wake-up fix and
+the stripping replace functions in kopf's private modules, which no setting reaches. Hence the
+pin of kopf to one minor release in pyproject.toml, and tests/unit/test_kopf_tuning.py, which
+fails when any kopf code these rely on changes.
 """
 
 from __future__ import annotations

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import os
@@ -17,6 +16,7 @@ from huggingface_hub.utils.tqdm import disable_progress_bars
 
 from specdeploy.controller import allocator, certs, handlers, kopf_tuning, metrics
 from specdeploy.controller.leadership import ElectionSettings
+from specdeploy.controller.options import OperatorOptions
 from specdeploy.modelinfo.hub import ENDPOINT_ENV, HubEndpointError, default_endpoint
 
 log = logging.getLogger(__name__)
@@ -51,52 +51,52 @@ class AdmissionRefusals(logging.Filter):
         return True
 
 
-def main(args: argparse.Namespace) -> int:
+def main(options: OperatorOptions) -> int:
     allocator.cap_arenas()
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+        level=logging.DEBUG if options.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    if not args.verbose:
+    if not options.verbose:
         # kopf logs every handled event, aiohttp every probe and webhook call, at INFO: thousands of
         # lines a minute on a busy cluster.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
         logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
         # The election library logs every failed renewal with the full HTTP response at INFO.
         logging.getLogger("leaderelection").setLevel(logging.WARNING)
-    logging.getLogger("kopf.objects").addFilter(AdmissionRefusals(args.verbose))
+    logging.getLogger("kopf.objects").addFilter(AdmissionRefusals(options.verbose))
     try:
-        hub = apply_hub_endpoint(args.hub_endpoint)
+        hub = apply_hub_endpoint(options.hub_endpoint)
     except HubEndpointError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     log.info("model hub: %s", hub or "HF_ENDPOINT, else the Hugging Face Hub (no operator default)")
     # The pairing check's hub reads (safetensors headers) draw tqdm bars: noise in a service log.
     disable_progress_bars()
-    memo = handlers.OperatorMemo(read_secrets=args.read_token_secrets)
-    if args.acceptance_interval > 0:
+    memo = handlers.OperatorMemo(read_secrets=options.read_token_secrets)
+    if options.acceptance_interval > 0:
         memo.engine_metrics = handlers.EngineMetricsSettings(
-            interval=args.acceptance_interval,
-            timeout=args.acceptance_timeout,
-            concurrency=args.acceptance_concurrency,
+            interval=options.acceptance_interval,
+            timeout=options.acceptance_timeout,
+            concurrency=options.acceptance_concurrency,
         )
-    if args.leader_elect:
-        memo.election = election_settings(args)
-    if args.metrics_port:
-        metrics.serve(args.probe_address, args.metrics_port)
-    if args.webhook_port:
-        cert_dir = Path(args.webhook_cert_dir or tempfile.mkdtemp(prefix="specdeploy-webhook-"))
+    if options.leader_elect:
+        memo.election = election_settings(options)
+    if options.metrics_port:
+        metrics.serve(options.probe_address, options.metrics_port)
+    if options.webhook_port:
+        cert_dir = options.webhook_cert_dir or Path(tempfile.mkdtemp(prefix="specdeploy-webhook-"))
         if not (cert_dir / "tls.crt").exists():
-            certs.serving_certificate(cert_dir, [args.webhook_host or "localhost"])
+            certs.serving_certificate(cert_dir, [options.webhook_host or "localhost"])
         memo.webhook = handlers.WebhookServer(
-            addr=args.webhook_address,
-            port=args.webhook_port,
-            host=args.webhook_host,
+            addr=options.webhook_address,
+            port=options.webhook_port,
+            host=options.webhook_host,
             certfile=cert_dir / "tls.crt",
             pkeyfile=cert_dir / "tls.key",
             cafile=cert_dir / "ca.crt" if (cert_dir / "ca.crt").exists() else None,
-            manage_configuration=args.webhook_configure,
-            client_ca=Path(args.webhook_client_ca) if args.webhook_client_ca else None,
+            manage_configuration=options.webhook_configure,
+            client_ca=options.webhook_client_ca,
         )
         handlers.register_webhook()
     kopf_tuning.quiet_toggle_sets()
@@ -104,9 +104,9 @@ def main(args: argparse.Namespace) -> int:
     asyncio.run(
         kopf.operator(
             standalone=True,
-            clusterwide=not args.namespace,
-            namespaces=args.namespace,
-            liveness_endpoint=f"http://{args.probe_address}:{args.probe_port}/healthz",
+            clusterwide=not options.namespaces,
+            namespaces=options.namespaces,
+            liveness_endpoint=f"http://{options.probe_address}:{options.probe_port}/healthz",
             memo=memo,
             stop_flag=memo.stop,
         )
@@ -114,14 +114,14 @@ def main(args: argparse.Namespace) -> int:
     return 1 if memo.lost_lease else 0
 
 
-def election_settings(args: argparse.Namespace) -> ElectionSettings:
+def election_settings(options: OperatorOptions) -> ElectionSettings:
     """The Lease of ``--leader-elect``: in the operator's namespace (the downward API's
     POD_NAMESPACE in a pod), held under the pod's name plus a random suffix (a restarted pod is a
     new candidate)."""
-    lease = args.leader_election_lease_seconds
+    lease = options.leader_election_lease_seconds
     return ElectionSettings(
-        namespace=args.leader_election_namespace or os.environ.get("POD_NAMESPACE") or "default",
-        name=args.leader_election_id,
+        namespace=options.leader_election_namespace or os.environ.get("POD_NAMESPACE") or "default",
+        name=options.leader_election_id,
         identity=f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}",
         lease_seconds=lease,
         renew_deadline_seconds=lease * 2 // 3,
