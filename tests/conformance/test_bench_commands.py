@@ -1,10 +1,10 @@
 """The benchmark's commands, read by the engines' own parsers: each baseline is the same server
-without speculation, and the load Job's ``vllm bench serve`` means what ``benchmark.load`` meant."""
+without speculation, and the load Job's ``vllm bench serve`` means what ``speedup.load`` meant."""
 
 from __future__ import annotations
 
 from specdeploy import engines
-from specdeploy.benchmark import Load
+from specdeploy.speedup import Load
 from test_engine_parsers import VALID, ParseAll, spec_of
 
 SPECULATIVE_VALUES = {

@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 
 from enginelib import ALL, NONE, NS, resource, sdep_when
-from specdeploy.benchmark import manifests
-from specdeploy.benchmark import session as bench
+from specdeploy.speedup import manifests
+from specdeploy.speedup import session as bench
 from specdeploy_sandbox import tiny_models
 from specdeploy_sandbox.cluster import Sandbox
 from specdeploy_sandbox.operator_process import LocalOperator

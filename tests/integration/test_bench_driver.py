@@ -8,8 +8,8 @@ import sys
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from specdeploy.benchmark import command, results
-from specdeploy.benchmark.driver import MARK
+from specdeploy.speedup import command, results
+from specdeploy.speedup.driver import MARK
 from support.loopback import serve
 
 EXPOSITION = """# HELP vllm:spec_decode_num_drafts Number of spec decoding drafts.

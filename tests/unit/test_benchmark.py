@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from specdeploy import engines
-from specdeploy.benchmark import load, manifests, report, results
-from specdeploy.benchmark.driver import MARK
 from specdeploy.children.labels import owner_reference
 from specdeploy.cli.bench import _levels
+from specdeploy.speedup import load, manifests, report, results
+from specdeploy.speedup.driver import MARK
 from test_engine_render import SEED_000, SEED_003, spec_of
 
 GOLDEN = Path(__file__).parent / "golden" / "manifests"
@@ -323,7 +323,7 @@ def results_time() -> Any:
 
 
 def test_plot_is_written(tmp_path: Path) -> None:
-    from specdeploy.benchmark.plot import plot
+    from specdeploy.speedup.plot import plot
 
     comparison = results.verdict(_levels_with({1: 2.9, 4: 1.2, 16: 0.9}))
     path = tmp_path / "out" / "bench.png"

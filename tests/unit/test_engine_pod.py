@@ -9,10 +9,10 @@ import pytest
 from pydantic import ValidationError
 
 from specdeploy import api, children, engines
-from specdeploy.benchmark import manifests as bench_manifests
 from specdeploy.children.sizing import container_resources, pod_sizing
 from specdeploy.engines.base import STARTUP_PERIOD_S, startup_failure_threshold
 from specdeploy.planning import Placement
+from specdeploy.speedup import manifests as bench_manifests
 
 VERIFIER = "Qwen/Qwen3-30B-A3B-Instruct-2507"
 SPECULATOR = "RedHatAI/Qwen3-30B-A3B-Instruct-2507-speculator.eagle3"

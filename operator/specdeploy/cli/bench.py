@@ -1,6 +1,6 @@
 """``specdeploy bench NAME``: speculation against a baseline without the speculator, on the cluster.
 
-The options and the report; ``benchmark.session`` runs it against the cluster.
+The options and the report; ``speedup.session`` runs it against the cluster.
 """
 
 from __future__ import annotations
@@ -105,9 +105,9 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specdeploy.benchmark import Load, ResultsError, compare, report
-    from specdeploy.benchmark.session import EXIT_INTERRUPTED, EXIT_LOAD, BenchError, Options, Session, say
     from specdeploy.controller.kube import KubeClient, load_config
+    from specdeploy.speedup import Load, ResultsError, compare, report
+    from specdeploy.speedup.session import EXIT_INTERRUPTED, EXIT_LOAD, BenchError, Options, Session, say
 
     load_config()
     load = Load(
@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         body = session.report(comparison)
         print(json.dumps(body, indent=2) if args.output == "json" else report.table(comparison), flush=True)
         if args.plot is not None:
-            from specdeploy.benchmark.plot import plot
+            from specdeploy.speedup.plot import plot
 
             title = (
                 f"{args.name}: {body['verifier']} + {body['speculator']} "

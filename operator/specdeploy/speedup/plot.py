@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from specdeploy.benchmark.results import Comparison, Figures
+from specdeploy.speedup.results import Comparison, Figures
 
 SPEC_STYLE = {"color": "tab:blue", "marker": "o", "label": "speculative"}
 BASE_STYLE = {"color": "tab:gray", "marker": "s", "label": "baseline"}

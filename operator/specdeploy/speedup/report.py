@@ -6,7 +6,7 @@ import json
 from datetime import datetime
 
 from specdeploy.acceptance import decimal
-from specdeploy.benchmark.results import Comparison, Figures, Level
+from specdeploy.speedup.results import Comparison, Figures, Level
 
 BENCHMARKED = "Benchmarked"
 NOT_PAYING = "SpeculationNotPaying"

@@ -87,5 +87,5 @@ def plan(
 
 def command(driver_plan: dict[str, object]) -> list[str]:
     """The load container's argv: the image's Python running the driver on the plan."""
-    source = resources.files("specdeploy.benchmark").joinpath("driver.py").read_text()
+    source = resources.files("specdeploy.speedup").joinpath("driver.py").read_text()
     return ["python3", "-c", source, json.dumps(driver_plan, separators=(",", ":"))]

@@ -17,13 +17,13 @@ from typing import Any, NoReturn, TypeVar
 from kubernetes.client.exceptions import ApiException
 
 from specdeploy import api, children, engines
-from specdeploy.benchmark import manifests
-from specdeploy.benchmark.load import Load, command, plan
-from specdeploy.benchmark.results import Comparison
 from specdeploy.children.labels import owner_reference
 from specdeploy.controller.kube import KubeClient
 from specdeploy.controller.pods import pod_failure, project, serving
 from specdeploy.planning.gpus import PRODUCT_LABEL
+from specdeploy.speedup import manifests
+from specdeploy.speedup.load import Load, command, plan
+from specdeploy.speedup.results import Comparison
 
 EXIT_USAGE = 2
 EXIT_NOT_READY = 3

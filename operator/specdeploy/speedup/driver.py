@@ -2,7 +2,7 @@
 
 It runs inside the load image (the engine's own), with that image's Python and nothing of
 specdeploy installed, so it uses the standard library only and decides nothing: the plan (built
-by ``benchmark.load``) holds every argv, and the CLI reads the marked lines from the pod log. For
+by ``speedup.load``) holds every argv, and the CLI reads the marked lines from the pod log. For
 the speculative runs it also keeps the engine's speculative decoding lines of ``/metrics`` from
 before and after, which the CLI turns into acceptance with the operator's own parser.
 """

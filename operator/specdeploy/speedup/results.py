@@ -9,8 +9,8 @@ from typing import Any
 from specdeploy.acceptance import NoSpeculationMetrics, SpecCounters, counters
 from specdeploy.api import EngineName
 from specdeploy.api.base import ApiModel
-from specdeploy.benchmark.driver import MARK
-from specdeploy.benchmark.load import BASELINE, SPECULATIVE
+from specdeploy.speedup.driver import MARK
+from specdeploy.speedup.load import BASELINE, SPECULATIVE
 
 # Speculation pays at a concurrency when the speculative engine delivers more output tokens per
 # second than the baseline; at or below this ratio it does not.
