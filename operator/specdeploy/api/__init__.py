@@ -1,13 +1,16 @@
-"""The SpeculativeDeployment API: identity, spec and status models, and the CRD generated from them.
+"""The SpeculativeDeployment API: identity, spec and status models, their CEL rules (`rules`),
+and the CRD generated from them.
 
 The bottom layer: everything else imports it, it imports nothing of the operator's.
 """
 
 from specdeploy.api.base import (
     API_VERSION,
+    ENGINE_HOME,
     GPU_RESOURCE,
     GROUP,
     KIND,
+    MAX_NODES,
     PLURAL,
     SHORT_NAMES,
     SINGULAR,
@@ -16,8 +19,6 @@ from specdeploy.api.base import (
     EngineName,
 )
 from specdeploy.api.spec import (
-    ENGINE_HOME,
-    MAX_NODES,
     AcceptancePolicy,
     Engine,
     EnvVar,

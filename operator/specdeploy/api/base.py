@@ -1,4 +1,4 @@
-"""The API's identity and the base of every model: group, version, names, wire conventions."""
+"""The API's identity and the base of every model: group, version, names, limits, wire conventions."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
-from pydantic.config import JsonDict
 
 GROUP = "specdeploy.io"
 VERSION = "v1alpha1"
@@ -19,14 +18,11 @@ API_VERSION = f"{GROUP}/{VERSION}"
 EngineName = Literal["vllm", "sglang"]
 # The extended resource NVIDIA's device plugin advertises; the plan sets it, users may not.
 GPU_RESOURCE = "nvidia.com/gpu"
-
-
-def cel(rule: str, message: str, field_path: str | None = None) -> JsonDict:
-    """One x-kubernetes-validations entry; fieldPath makes the apiserver name the field."""
-    entry: JsonDict = {"rule": rule, "message": message}
-    if field_path:
-        entry["fieldPath"] = field_path
-    return entry
+# The most nodes one replica spans (a LeaderWorkerSet group of this size).
+MAX_NODES = 8
+# The engine's HOME, an emptyDir of its own: the engine images' /root is mode 700, so a non-root
+# engine keeps its caches (torch compile, Triton, the hub) here instead.
+ENGINE_HOME = "/home/engine"
 
 
 class ApiModel(BaseModel):

@@ -1,13 +1,12 @@
 """The SpeculativeDeployment v1alpha1 spec: the single source of truth for the CRD schema.
 
-Every field's description, default and validation lives here; ``api.crd`` turns these models
-into the OpenAPI schema the apiserver enforces, and the operator parses each object into them
-once, so nothing downstream handles raw spec dicts.
+Every field's description, default and bounds live here, the CEL rules in ``api.rules``;
+``api.crd`` turns these models into the OpenAPI schema the apiserver enforces, and the operator
+parses each object into them once, so nothing downstream handles raw spec dicts.
 """
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -20,7 +19,8 @@ from pydantic import (
     model_validator,
 )
 
-from specdeploy.api.base import GPU_RESOURCE, ApiModel, EngineName, cel
+from specdeploy.api import rules
+from specdeploy.api.base import ENGINE_HOME, MAX_NODES, ApiModel, EngineName
 
 
 class Verifier(ApiModel):
@@ -95,23 +95,7 @@ class VllmOptions(ApiModel):
 class SglangOptions(ApiModel):
     """Settings that only SGLang understands. Steps come from speculator.numSpeculativeTokens."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                cel(
-                    "!has(self.eagleTopk) || self.eagleTopk != 1 || !has(self.numDraftTokens) "
-                    "|| !has(self.numSteps) || self.numDraftTokens == self.numSteps + 1",
-                    "with eagleTopk 1, numDraftTokens must equal numSteps + 1",
-                    ".numDraftTokens",
-                ),
-                cel(
-                    "has(self.eagleTopk) == has(self.numDraftTokens)",
-                    "eagleTopk and numDraftTokens are set together (or both left to the engine)",
-                    ".eagleTopk",
-                ),
-            ]
-        }
-    )
+    model_config = ConfigDict(json_schema_extra=rules.schema_extra("spec.engine.sglang"))
 
     num_steps: int | None = Field(
         default=None,
@@ -137,22 +121,7 @@ class SglangOptions(ApiModel):
 class Engine(ApiModel):
     """Which inference server runs the pair, and how."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                cel(
-                    "!has(self.sglang) || self.name == 'sglang'",
-                    "engine.sglang is only valid with engine.name sglang",
-                    ".sglang",
-                ),
-                cel(
-                    "!has(self.vllm) || self.name == 'vllm'",
-                    "engine.vllm is only valid with engine.name vllm",
-                    ".vllm",
-                ),
-            ]
-        }
-    )
+    model_config = ConfigDict(json_schema_extra=rules.schema_extra("spec.engine"))
 
     name: EngineName = Field(default="vllm", description="Inference engine: vllm or sglang.")
     image: str | None = Field(
@@ -173,8 +142,6 @@ class Engine(ApiModel):
 
 TensorSize = int | Literal["auto"]
 NodeCount = int | Literal["auto"]
-# The most nodes one replica spans (a LeaderWorkerSet group of this size).
-MAX_NODES = 8
 
 
 class Parallelism(ApiModel):
@@ -190,12 +157,7 @@ class Parallelism(ApiModel):
         ),
         json_schema_extra={
             "x-kubernetes-int-or-string": True,
-            "x-kubernetes-validations": [
-                cel(
-                    "type(self) == string ? self == 'auto' : self in [1, 2, 4, 8, 16, 32, 64]",
-                    "parallelism.tensor must be auto or one of 1, 2, 4, 8, 16, 32, 64",
-                )
-            ],
+            **rules.schema_extra("spec.parallelism.tensor"),
         },
     )
     nodes: NodeCount = Field(
@@ -208,12 +170,7 @@ class Parallelism(ApiModel):
         ),
         json_schema_extra={
             "x-kubernetes-int-or-string": True,
-            "x-kubernetes-validations": [
-                cel(
-                    f"type(self) == string ? self == 'auto' : self >= 1 && self <= {MAX_NODES}",
-                    f"parallelism.nodes must be auto or 1 to {MAX_NODES}",
-                )
-            ],
+            **rules.schema_extra("spec.parallelism.nodes"),
         },
     )
     pipeline: NodeCount = Field(
@@ -226,12 +183,7 @@ class Parallelism(ApiModel):
         ),
         json_schema_extra={
             "x-kubernetes-int-or-string": True,
-            "x-kubernetes-validations": [
-                cel(
-                    f"type(self) == string ? self == 'auto' : self >= 1 && self <= {MAX_NODES}",
-                    f"parallelism.pipeline must be auto or 1 to {MAX_NODES}",
-                )
-            ],
+            **rules.schema_extra("spec.parallelism.pipeline"),
         },
     )
     gpu_product: str | None = Field(
@@ -253,9 +205,10 @@ class Parallelism(ApiModel):
     @field_validator("tensor", mode="before")
     @classmethod
     def _tensor_size(cls, value: Any) -> Any:
-        """For specs that did not come through the apiserver's CEL rule (``specdeploy plan``,
-        ``render``): any positive size reaches the planner, which explains why 3 does not
-        shard; 0, negatives and a JSON true (which pydantic would take for 1) do not."""
+        """Looser than the apiserver's CEL rule on purpose, for specs that did not come through
+        it (``specdeploy plan``, ``render``): any positive size reaches the planner, which
+        explains why 3 does not shard; 0, negatives and a JSON true (which pydantic would take
+        for 1) do not."""
         if value == "auto" or (type(value) is int and value >= 1):
             return value
         raise ValueError("parallelism.tensor must be auto or a positive integer")
@@ -264,9 +217,8 @@ class Parallelism(ApiModel):
     @classmethod
     def _count(cls, value: Any, info: ValidationInfo) -> Any:
         """The apiserver's CEL bounds, for specs that did not come through it."""
-        if value == "auto" or (type(value) is int and 1 <= value <= MAX_NODES):
-            return value
-        raise ValueError(f"parallelism.{info.field_name} must be auto or 1 to {MAX_NODES}")
+        rules.enforce(f"spec.parallelism.{info.field_name}", value)
+        return value
 
 
 class SecretKeyRef(ApiModel):
@@ -297,13 +249,6 @@ class ModelAccess(ApiModel):
 # The apiserver's grammar of a resource quantity (<signedNumber><suffix>, an integer exponent
 # of at most two digits): a value it cannot parse fails the whole Deployment write with an HTTP
 # 500, so the schema refuses it first.
-# The engine's HOME, an emptyDir of its own: the engine images' /root is mode 700, so a non-root
-# engine keeps its caches (torch compile, Triton, the hub) here instead.
-ENGINE_HOME = "/home/engine"
-ROOT_CACHE_MESSAGE = (
-    "a non-root engine cannot reach a cache under /root (the images' /root is mode 700): mount it "
-    f"elsewhere (default {ENGINE_HOME}/.cache/huggingface) or set security.runAsNonRoot: false"
-)
 QUANTITY_PATTERN = r"^[+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?[0-9]{1,2}))?$"
 Quantity = Annotated[str, StringConstraints(pattern=QUANTITY_PATTERN, max_length=64)]
 
@@ -314,17 +259,7 @@ class ModelCache(ApiModel):
     A claim mounted by several replicas (or by the pods of a surge rollout, which can land on
     other nodes) must be ReadWriteMany."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                cel(
-                    "!(has(self.claimName) && has(self.sizeLimit))",
-                    "modelCache takes claimName or sizeLimit, not both",
-                    ".claimName",
-                )
-            ]
-        }
-    )
+    model_config = ConfigDict(json_schema_extra=rules.schema_extra("spec.modelCache"))
 
     claim_name: str | None = Field(
         default=None,
@@ -391,17 +326,7 @@ class PodMetadata(ApiModel):
 class Resources(ApiModel):
     """CPU and memory for the engine container; GPUs come from the plan and cannot be set here."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                cel(
-                    f"(!has(self.requests) || !('{GPU_RESOURCE}' in self.requests)) && "
-                    f"(!has(self.limits) || !('{GPU_RESOURCE}' in self.limits))",
-                    f"{GPU_RESOURCE} is set from the tensor-parallel plan; use parallelism.tensor",
-                )
-            ]
-        }
-    )
+    model_config = ConfigDict(json_schema_extra=rules.schema_extra("spec.resources"))
 
     requests: dict[str, Quantity] = Field(
         default_factory=dict,
@@ -446,19 +371,7 @@ class Security(ApiModel):
 class Lifecycle(ApiModel):
     """How long an engine pod may take to start, and how it stops."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                cel(
-                    # has(): the apiserver checks the rule on the field's default ({}) as it is.
-                    "!has(self.preStopSleepSeconds) || !has(self.terminationGracePeriodSeconds) || "
-                    "self.preStopSleepSeconds < self.terminationGracePeriodSeconds",
-                    "preStopSleepSeconds must be less than terminationGracePeriodSeconds",
-                    ".preStopSleepSeconds",
-                )
-            ]
-        }
-    )
+    model_config = ConfigDict(json_schema_extra=rules.schema_extra("spec.lifecycle"))
 
     startup_timeout_seconds: int = Field(
         default=1800,
@@ -488,8 +401,7 @@ class Lifecycle(ApiModel):
     @model_validator(mode="after")
     def _sleep_within_grace(self) -> Lifecycle:
         """The CEL rule, for specs that did not come through the apiserver (``render``, ``plan``)."""
-        if self.pre_stop_sleep_seconds >= self.termination_grace_period_seconds:
-            raise ValueError("preStopSleepSeconds must be less than terminationGracePeriodSeconds")
+        rules.enforce("spec.lifecycle", rules.wire(self))
         return self
 
 
@@ -570,26 +482,7 @@ class AcceptancePolicy(ApiModel):
 class SpeculativeDeploymentSpec(ApiModel):
     """Desired state: one verifier/speculator pair served by N replicas."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                cel(
-                    "has(self.verifier) || (has(self.speculator) && has(self.speculator.model))",
-                    "spec.verifier is required unless spec.speculator.model names a speculator "
-                    "that declares its verifier",
-                    ".verifier",
-                ),
-                cel(
-                    "!has(self.security) || !has(self.security.runAsNonRoot) || "
-                    "!self.security.runAsNonRoot || !has(self.modelCache) || "
-                    "!has(self.modelCache.mountPath) || !(self.modelCache.mountPath == '/root' || "
-                    "self.modelCache.mountPath.startsWith('/root/'))",
-                    ROOT_CACHE_MESSAGE,
-                    ".modelCache.mountPath",
-                ),
-            ]
-        }
-    )
+    model_config = ConfigDict(json_schema_extra=rules.schema_extra("spec"))
 
     verifier: Verifier | None = Field(default=None, description="The target model.")
     speculator: Speculator | None = Field(default=None, description="The EAGLE-3 draft model.")
@@ -626,9 +519,7 @@ class SpeculativeDeploymentSpec(ApiModel):
     @model_validator(mode="after")
     def _cache_reachable(self) -> SpeculativeDeploymentSpec:
         """The CEL rule, for specs that did not come through the apiserver (``render``, ``plan``)."""
-        under_root = PurePosixPath(self.model_cache.mount_path).is_relative_to("/root")
-        if self.security.run_as_non_root and under_root:
-            raise ValueError(f"modelCache.mountPath: {ROOT_CACHE_MESSAGE}")
+        rules.enforce("spec", rules.wire(self))
         return self
 
 

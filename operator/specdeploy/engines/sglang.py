@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from specdeploy import api
+from specdeploy.api import rules
 from specdeploy.enginefacts import SGLANG, EngineFacts
 from specdeploy.engines.base import (
     HOST,
@@ -113,19 +114,15 @@ def mem_fraction_static(spec: api.SpeculativeDeploymentSpec) -> float:
 
 
 def _draft_shape_errors(spec: api.SpeculativeDeploymentSpec) -> list[FieldError]:
-    """Steps, top-k and draft tokens come as a set, and a chain's draft tokens are steps + 1."""
+    """The CRD's draft-shape rules on the effective options (steps from numSpeculativeTokens
+    count too), and numSteps only with the rest of the set."""
     errors: list[FieldError] = []
-    options = _options(spec)
-    if (options.eagle_topk is None) != (options.num_draft_tokens is None):
-        missing = "numDraftTokens" if options.num_draft_tokens is None else "eagleTopk"
-        errors.append(
-            FieldError(
-                f"spec.engine.sglang.{missing}",
-                "eagleTopk and numDraftTokens are set together, or both left unset "
-                "(then the draft runs as a chain: top-k 1, steps + 1 draft tokens)",
-            )
-        )
-    elif options.num_steps is not None and options.eagle_topk is None:
+    options = rules.wire(_options(spec))
+    together = rules.SGLANG_TOPK_WITH_DRAFT_TOKENS
+    if not together.holds(options):
+        missing = "numDraftTokens" if "numDraftTokens" not in options else "eagleTopk"
+        errors.append(FieldError(f"spec.engine.sglang.{missing}", together.message))
+    elif "numSteps" in options and "eagleTopk" not in options:
         errors.append(
             FieldError(
                 "spec.engine.sglang.numSteps",
@@ -134,13 +131,12 @@ def _draft_shape_errors(spec: api.SpeculativeDeploymentSpec) -> list[FieldError]
             )
         )
     steps = _steps(spec)
-    chain = options.eagle_topk == 1 and options.num_draft_tokens is not None
-    if chain and steps is not None and options.num_draft_tokens != steps + 1:
+    if steps is not None and not rules.SGLANG_CHAIN.holds({**options, "numSteps": steps}):
         errors.append(
             FieldError(
                 "spec.engine.sglang.numDraftTokens",
-                f"with eagleTopk 1 the draft is a chain: numDraftTokens must be steps + 1 = "
-                f"{steps + 1} (SGLang would silently override {options.num_draft_tokens})",
+                f"{rules.SGLANG_CHAIN.message} = {steps + 1} "
+                f"(SGLang would silently override {options['numDraftTokens']})",
             )
         )
     return errors

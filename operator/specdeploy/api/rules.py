@@ -1,0 +1,204 @@
+"""Every CEL rule of the CRD, written once: expression, message, place in the schema, and the
+same rule as one Python predicate.
+
+The models put the rules attached to them into their schema (``schema_extra``), so the CRD's
+``x-kubernetes-validations`` come from this table. The rules marked ``offline`` are also checked
+on parse (``enforce``), for specs that never went through the apiserver (``specdeploy render``,
+``plan``); the SGLang engine reads its draft-shape rules from here. A predicate sees what CEL
+sees as ``self``: the wire form (camelCase keys, unset fields absent) of the object or field
+the rule is attached to. The unit tests evaluate both sides with a real CEL implementation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic.config import JsonDict
+
+from specdeploy.api.base import ENGINE_HOME, GPU_RESOURCE, MAX_NODES, ApiModel
+
+# The tensor-parallel sizes the apiserver accepts.
+TENSOR_SIZES = (1, 2, 4, 8, 16, 32, 64)
+ROOT_CACHE_MESSAGE = (
+    "a non-root engine cannot reach a cache under /root (the images' /root is mode 700): mount it "
+    f"elsewhere (default {ENGINE_HOME}/.cache/huggingface) or set security.runAsNonRoot: false"
+)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One validation rule: the CEL the apiserver runs and the predicate Python runs."""
+
+    at: str
+    """The schema node the rule is attached to, which CEL sees as ``self`` (``spec.engine``)."""
+    cel: str
+    message: str
+    holds: Callable[[Any], bool]
+    """True where the CEL expression is true, for the same ``self`` in wire form."""
+    field_path: str | None = None
+    """The field the apiserver names on a violation, relative to ``self`` (``.sglang``)."""
+    offline: bool = False
+    """Also checked when a spec is parsed: the apiserver does not see every spec."""
+
+    def entry(self) -> JsonDict:
+        """The ``x-kubernetes-validations`` entry."""
+        entry: JsonDict = {"rule": self.cel, "message": self.message}
+        if self.field_path:
+            entry["fieldPath"] = self.field_path
+        return entry
+
+    def error(self) -> str:
+        """The message, after the field it names (as kubectl shows it) unless it starts with it."""
+        field = (self.field_path or "").lstrip(".")
+        return f"{field}: {self.message}" if field and not self.message.startswith(field) else self.message
+
+
+def _auto_or_node_count(field: str) -> Rule:
+    return Rule(
+        at=f"spec.parallelism.{field}",
+        cel=f"type(self) == string ? self == 'auto' : self >= 1 && self <= {MAX_NODES}",
+        message=f"parallelism.{field} must be auto or 1 to {MAX_NODES}",
+        holds=lambda v: v == "auto" if type(v) is str else type(v) is int and 1 <= v <= MAX_NODES,
+        offline=True,
+    )
+
+
+def _cache_reachable(spec: Any) -> bool:
+    path = spec.get("modelCache", {}).get("mountPath")
+    return (
+        not spec.get("security", {}).get("runAsNonRoot", False)
+        or path is None
+        or not (path == "/root" or path.startswith("/root/"))
+    )
+
+
+# With top-k 1 the draft is a chain of steps + 1 tokens (SGLang overrides any other count).
+SGLANG_CHAIN = Rule(
+    at="spec.engine.sglang",
+    cel=(
+        "!has(self.eagleTopk) || self.eagleTopk != 1 || !has(self.numDraftTokens) "
+        "|| !has(self.numSteps) || self.numDraftTokens == self.numSteps + 1"
+    ),
+    message="with eagleTopk 1, numDraftTokens must equal numSteps + 1",
+    holds=lambda o: (
+        o.get("eagleTopk") != 1
+        or "numDraftTokens" not in o
+        or "numSteps" not in o
+        or o["numDraftTokens"] == o["numSteps"] + 1
+    ),
+    field_path=".numDraftTokens",
+)
+# SGLang fails at startup on one of the two without the other.
+SGLANG_TOPK_WITH_DRAFT_TOKENS = Rule(
+    at="spec.engine.sglang",
+    cel="has(self.eagleTopk) == has(self.numDraftTokens)",
+    message="eagleTopk and numDraftTokens are set together (or both left to the engine)",
+    holds=lambda o: ("eagleTopk" in o) == ("numDraftTokens" in o),
+    field_path=".eagleTopk",
+)
+
+RULES: tuple[Rule, ...] = (
+    SGLANG_CHAIN,
+    SGLANG_TOPK_WITH_DRAFT_TOKENS,
+    Rule(
+        at="spec.engine",
+        cel="!has(self.sglang) || self.name == 'sglang'",
+        message="engine.sglang is only valid with engine.name sglang",
+        holds=lambda e: "sglang" not in e or e.get("name") == "sglang",
+        field_path=".sglang",
+    ),
+    Rule(
+        at="spec.engine",
+        cel="!has(self.vllm) || self.name == 'vllm'",
+        message="engine.vllm is only valid with engine.name vllm",
+        holds=lambda e: "vllm" not in e or e.get("name") == "vllm",
+        field_path=".vllm",
+    ),
+    # Not offline: without the apiserver any positive size reaches the planner, which says why
+    # it does not shard (Parallelism checks that much).
+    Rule(
+        at="spec.parallelism.tensor",
+        cel=f"type(self) == string ? self == 'auto' : self in [{', '.join(map(str, TENSOR_SIZES))}]",
+        message=f"parallelism.tensor must be auto or one of {', '.join(map(str, TENSOR_SIZES))}",
+        holds=lambda v: v == "auto" if type(v) is str else type(v) is int and v in TENSOR_SIZES,
+    ),
+    _auto_or_node_count("nodes"),
+    _auto_or_node_count("pipeline"),
+    Rule(
+        at="spec.modelCache",
+        cel="!(has(self.claimName) && has(self.sizeLimit))",
+        message="modelCache takes claimName or sizeLimit, not both",
+        holds=lambda c: not ("claimName" in c and "sizeLimit" in c),
+        field_path=".claimName",
+    ),
+    Rule(
+        at="spec.resources",
+        cel=(
+            f"(!has(self.requests) || !('{GPU_RESOURCE}' in self.requests)) && "
+            f"(!has(self.limits) || !('{GPU_RESOURCE}' in self.limits))"
+        ),
+        message=f"{GPU_RESOURCE} is set from the tensor-parallel plan; use parallelism.tensor",
+        holds=lambda r: GPU_RESOURCE not in r.get("requests", {}) and GPU_RESOURCE not in r.get("limits", {}),
+    ),
+    Rule(
+        at="spec.lifecycle",
+        # has(): the apiserver checks the rule on the field's default ({}) as it is.
+        cel=(
+            "!has(self.preStopSleepSeconds) || !has(self.terminationGracePeriodSeconds) || "
+            "self.preStopSleepSeconds < self.terminationGracePeriodSeconds"
+        ),
+        message="preStopSleepSeconds must be less than terminationGracePeriodSeconds",
+        holds=lambda lc: (
+            "preStopSleepSeconds" not in lc
+            or "terminationGracePeriodSeconds" not in lc
+            or lc["preStopSleepSeconds"] < lc["terminationGracePeriodSeconds"]
+        ),
+        field_path=".preStopSleepSeconds",
+        offline=True,
+    ),
+    Rule(
+        at="spec",
+        cel="has(self.verifier) || (has(self.speculator) && has(self.speculator.model))",
+        message="spec.verifier is required unless spec.speculator.model names a speculator "
+        "that declares its verifier",
+        holds=lambda s: "verifier" in s or "model" in s.get("speculator", {}),
+        field_path=".verifier",
+    ),
+    Rule(
+        at="spec",
+        cel=(
+            "!has(self.security) || !has(self.security.runAsNonRoot) || "
+            "!self.security.runAsNonRoot || !has(self.modelCache) || "
+            "!has(self.modelCache.mountPath) || !(self.modelCache.mountPath == '/root' || "
+            "self.modelCache.mountPath.startsWith('/root/'))"
+        ),
+        message=ROOT_CACHE_MESSAGE,
+        holds=_cache_reachable,
+        field_path=".modelCache.mountPath",
+        offline=True,
+    ),
+)
+
+
+def attached(at: str) -> tuple[Rule, ...]:
+    """The rules attached to one schema node, in table order."""
+    return tuple(rule for rule in RULES if rule.at == at)
+
+
+def schema_extra(at: str) -> JsonDict:
+    """The ``x-kubernetes-validations`` of one schema node, for its model or field."""
+    return {"x-kubernetes-validations": [rule.entry() for rule in attached(at)]}
+
+
+def wire(model: ApiModel) -> dict[str, Any]:
+    """A parsed object as CEL sees it once the apiserver has defaulted it: camelCase, no nulls."""
+    return model.model_dump(by_alias=True, exclude_none=True)
+
+
+def enforce(at: str, value: Any) -> None:
+    """Raise the first offline rule of one schema node that ``value`` (in wire form) breaks."""
+    for rule in attached(at):
+        if rule.offline and not rule.holds(value):
+            raise ValueError(rule.error())
