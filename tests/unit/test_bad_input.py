@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specdeploy import api, pipeline
-from specdeploy.api.spec import QUANTITY_PATTERN
+from specdeploy.api.base import QUANTITY_PATTERN
 from specdeploy.controller import admission
 from specdeploy.modelinfo import ModelResolver, RetryPolicy
 from specdeploy.planning import inventory_from_nodes

@@ -18,29 +18,21 @@ from specdeploy.api.base import (
     ApiModel,
     EngineName,
 )
+from specdeploy.api.engine_spec import Engine, EnvVar, SglangOptions, VllmOptions
+from specdeploy.api.pod_spec import Lifecycle, PodMetadata, Resources, Scheduling, Security, Toleration
 from specdeploy.api.spec import (
     AcceptancePolicy,
-    Engine,
-    EnvVar,
-    Lifecycle,
     ModelAccess,
     ModelCache,
     Pairing,
     Parallelism,
-    PodMetadata,
-    Resources,
     Rollout,
-    Scheduling,
     SecretKeyRef,
-    Security,
     Service,
-    SglangOptions,
     SpeculativeDeployment,
     SpeculativeDeploymentSpec,
     Speculator,
-    Toleration,
     Verifier,
-    VllmOptions,
     validation_problems,
 )
 from specdeploy.api.status import (

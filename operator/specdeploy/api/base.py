@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, StringConstraints
 from pydantic.alias_generators import to_camel
 
 GROUP = "specdeploy.io"
@@ -23,6 +23,11 @@ MAX_NODES = 8
 # The engine's HOME, an emptyDir of its own: the engine images' /root is mode 700, so a non-root
 # engine keeps its caches (torch compile, Triton, the hub) here instead.
 ENGINE_HOME = "/home/engine"
+# The apiserver's grammar of a resource quantity (<signedNumber><suffix>, an integer exponent
+# of at most two digits): a value it cannot parse fails the whole Deployment write with an HTTP
+# 500, so the schema refuses it first.
+QUANTITY_PATTERN = r"^[+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?[0-9]{1,2}))?$"
+Quantity = Annotated[str, StringConstraints(pattern=QUANTITY_PATTERN, max_length=64)]
 
 
 class ApiModel(BaseModel):

@@ -1,18 +1,19 @@
 """The SpeculativeDeployment v1alpha1 spec: the single source of truth for the CRD schema.
 
-Every field's description, default and bounds live here, the CEL rules in ``api.rules``;
+Every field's description, default and bounds live here and in the two sections kept apart
+(``engine_spec``: the engine and its options; ``pod_spec``: scheduling, resources, security and
+lifecycle of the engine pods), the CEL rules in ``api.rules``;
 ``api.crd`` turns these models into the OpenAPI schema the apiserver enforces, and the operator
 parses each object into them once, so nothing downstream handles raw spec dicts.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import (
     ConfigDict,
     Field,
-    StringConstraints,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -20,7 +21,15 @@ from pydantic import (
 )
 
 from specdeploy.api import rules
-from specdeploy.api.base import ENGINE_HOME, MAX_NODES, ApiModel, EngineName
+from specdeploy.api.base import ENGINE_HOME, MAX_NODES, ApiModel, Quantity
+from specdeploy.api.engine_spec import Engine
+from specdeploy.api.pod_spec import (
+    Lifecycle,
+    PodMetadata,
+    Resources,
+    Scheduling,
+    Security,
+)
 
 
 class Verifier(ApiModel):
@@ -70,74 +79,6 @@ class Speculator(ApiModel):
         le=16,
         description="Tensor-parallel size of the draft. vLLM accepts 1 or the verifier's size.",
     )
-
-
-class EnvVar(ApiModel):
-    """A plain environment variable for the engine container (secrets go through modelAccess)."""
-
-    name: str = Field(
-        min_length=1, max_length=256, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$", description="Variable name."
-    )
-    value: str = Field(default="", max_length=4096, description="Variable value.")
-
-
-class VllmOptions(ApiModel):
-    """Settings that only vLLM understands."""
-
-    enable_expert_parallel: bool | None = Field(
-        default=None, description="Pass --enable-expert-parallel (MoE verifiers)."
-    )
-    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] | None = Field(
-        default=None, description="KV cache data type (--kv-cache-dtype)."
-    )
-
-
-class SglangOptions(ApiModel):
-    """Settings that only SGLang understands. Steps come from speculator.numSpeculativeTokens."""
-
-    model_config = ConfigDict(json_schema_extra=rules.schema_extra("spec.engine.sglang"))
-
-    num_steps: int | None = Field(
-        default=None,
-        ge=1,
-        le=16,
-        description="--speculative-num-steps; overrides speculator.numSpeculativeTokens.",
-    )
-    eagle_topk: int | None = Field(default=None, ge=1, le=64, description="--speculative-eagle-topk.")
-    num_draft_tokens: int | None = Field(
-        default=None, ge=1, le=1024, description="--speculative-num-draft-tokens."
-    )
-    mem_fraction_static: float | None = Field(
-        default=None,
-        gt=0,
-        le=1,
-        description=(
-            "--mem-fraction-static. Default: derived from gpuMemoryUtilization, lowered to leave "
-            "room for the draft model."
-        ),
-    )
-
-
-class Engine(ApiModel):
-    """Which inference server runs the pair, and how."""
-
-    model_config = ConfigDict(json_schema_extra=rules.schema_extra("spec.engine"))
-
-    name: EngineName = Field(default="vllm", description="Inference engine: vllm or sglang.")
-    image: str | None = Field(
-        default=None,
-        max_length=512,
-        description="Engine container image. Default: the pinned image for the engine.",
-    )
-    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
-        default="IfNotPresent", description="Pull policy of the engine image."
-    )
-    args: list[Annotated[str, Field(max_length=4096)]] = Field(
-        default_factory=list, max_length=64, description="Extra arguments appended to the engine command."
-    )
-    env: list[EnvVar] = Field(default_factory=list, max_length=64, description="Extra environment variables.")
-    vllm: VllmOptions | None = Field(default=None, description="vLLM-only settings.")
-    sglang: SglangOptions | None = Field(default=None, description="SGLang-only settings.")
 
 
 TensorSize = int | Literal["auto"]
@@ -246,11 +187,6 @@ class ModelAccess(ApiModel):
     )
 
 
-# The apiserver's grammar of a resource quantity (<signedNumber><suffix>, an integer exponent
-# of at most two digits): a value it cannot parse fails the whole Deployment write with an HTTP
-# 500, so the schema refuses it first.
-QUANTITY_PATTERN = r"^[+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?[0-9]{1,2}))?$"
-Quantity = Annotated[str, StringConstraints(pattern=QUANTITY_PATTERN, max_length=64)]
 
 
 class ModelCache(ApiModel):
@@ -284,125 +220,6 @@ class ModelCache(ApiModel):
             "true: the images' /root is closed to other users."
         ),
     )
-
-
-class Toleration(ApiModel):
-    """A pod toleration (core/v1 Toleration)."""
-
-    key: str | None = None
-    operator: Literal["Exists", "Equal"] | None = None
-    value: str | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    toleration_seconds: int | None = None
-
-
-class Scheduling(ApiModel):
-    """Placement of the engine pods, on top of what the GPU plan requires."""
-
-    node_selector: dict[str, str] = Field(default_factory=dict, description="Extra node selector labels.")
-    tolerations: list[Toleration] = Field(
-        default_factory=list,
-        max_length=32,
-        description="Extra tolerations (the GPU taint is tolerated already).",
-    )
-    affinity: dict[str, Any] | None = Field(
-        default=None, description="core/v1 Affinity merged with the plan's GPU product node affinity."
-    )
-    priority_class_name: str | None = Field(
-        default=None, max_length=253, description="PriorityClass of the pods."
-    )
-    runtime_class_name: str | None = Field(
-        default=None, max_length=253, description="RuntimeClass of the pods (e.g. nvidia)."
-    )
-
-
-class PodMetadata(ApiModel):
-    """Labels and annotations added to engine pods."""
-
-    labels: dict[str, str] = Field(default_factory=dict, description="Extra pod labels.")
-    annotations: dict[str, str] = Field(default_factory=dict, description="Extra pod annotations.")
-
-
-class Resources(ApiModel):
-    """CPU and memory for the engine container; GPUs come from the plan and cannot be set here."""
-
-    model_config = ConfigDict(json_schema_extra=rules.schema_extra("spec.resources"))
-
-    requests: dict[str, Quantity] = Field(
-        default_factory=dict,
-        description=(
-            "Requests, e.g. cpu: 8, memory: 64Gi. Default for cpu and memory: sized from the plan "
-            "(2 CPUs + 2 per GPU; weights + /dev/shm + 4 GiB + 2 GiB per GPU)."
-        ),
-    )
-    limits: dict[str, Quantity] = Field(
-        default_factory=dict,
-        description="Limits, e.g. memory: 128Gi. Default: memory limited to its request, cpu unlimited.",
-    )
-
-
-UID_MAX = 2_147_483_647
-# A high UID (and group) of no user on the node or in the images, so a container escape lands
-# on an unprivileged, unshared identity (the convention of distroless "nonroot", as the operator).
-ENGINE_UID = 65532
-
-
-class Security(ApiModel):
-    """Who the engine runs as: by default a non-root user, so the pods meet the restricted Pod
-    Security Standard; ``runAsNonRoot: false`` for an image that must run as root."""
-
-    run_as_non_root: bool = Field(
-        default=True,
-        description=(
-            "Run the engine as runAsUser/runAsGroup (restricted Pod Security Standard). false: as "
-            "the image's user (root for the vLLM and SGLang images); the pods then meet baseline only."
-        ),
-    )
-    run_as_user: int = Field(default=ENGINE_UID, ge=1, le=UID_MAX, description="UID of the engine (not 0).")
-    run_as_group: int = Field(default=ENGINE_UID, ge=0, le=UID_MAX, description="Primary GID of the engine.")
-    fs_group: int = Field(
-        default=ENGINE_UID,
-        ge=0,
-        le=UID_MAX,
-        description="Group owning the volumes, so a model cache claim written before stays writable.",
-    )
-
-
-class Lifecycle(ApiModel):
-    """How long an engine pod may take to start, and how it stops."""
-
-    model_config = ConfigDict(json_schema_extra=rules.schema_extra("spec.lifecycle"))
-
-    startup_timeout_seconds: int = Field(
-        default=1800,
-        ge=60,
-        le=86_400,
-        description=(
-            "Time an engine has to download, load and start serving before it is restarted (the "
-            "startup probe's budget, in 10 s periods). Raise it for models over ~60 GB or slow hubs."
-        ),
-    )
-    pre_stop_sleep_seconds: int = Field(
-        default=10,
-        ge=0,
-        le=600,
-        description=(
-            "Seconds a stopping pod keeps serving before the engine gets SIGTERM, so Services and "
-            "load balancers stop sending it requests first (0: no preStop hook)."
-        ),
-    )
-    termination_grace_period_seconds: int = Field(
-        default=90,
-        ge=1,
-        le=3600,
-        description="Grace period of a stopping pod, the preStop sleep included; then it is killed.",
-    )
-
-    @model_validator(mode="after")
-    def _sleep_within_grace(self) -> Lifecycle:
-        """The CEL rule, for specs that did not come through the apiserver (``render``, ``plan``)."""
-        rules.enforce("spec.lifecycle", rules.wire(self))
-        return self
 
 
 class Rollout(ApiModel):
