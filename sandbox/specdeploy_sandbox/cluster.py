@@ -8,6 +8,10 @@ signals pids whose start time still matches what was recorded, so a recycled pid
 Engine nodes each get an agent process (``engine-node/<node>``, state under
 ``engine-nodes/<node>/``) that runs their pods as real processes; ``down`` stops the agents
 first, so they stop their pods, and then kills any pod process group they left behind.
+
+One module, over 400 lines, because it is the one owner of a sandbox's state directory and its
+process lifecycle; each component's own start-up is apart (``control_plane``, ``pki``, ``lws``,
+``model_hub``, ``nodes``).
 """
 
 from __future__ import annotations

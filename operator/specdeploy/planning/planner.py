@@ -3,6 +3,10 @@
 Pure functions over the spec, the models' config.json and a GPU inventory: ``pipeline.compute``
 calls ``plan`` on every reconcile and ``specdeploy plan`` calls it offline, so both always agree. The
 memory model it applies is described in ``planning.memory``.
+
+One module, over 400 lines, because it is one decision: the candidates, their ranking and the
+reasons a refused one gets are read together; the memory model, the sharding rules and the
+inventory it decides over are apart (``memory``, ``parallelism``, ``inventory``).
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@ Job, its log, the summary on the resource, and the clean-up.
 Everything the run creates hangs off one anchor Job that expires by itself (``manifests``), so
 nothing outlives the run for longer than its timeout even when the process running it is
 killed. Waits poll the few objects of one run every 2 s within that timeout.
+
+One module, over 400 lines, because it is one sequence whose every step relies on the state the
+earlier ones left (what was created, what to clean up); the pure parts are already apart
+(``manifests``, ``load``, ``results``).
 """
 
 from __future__ import annotations

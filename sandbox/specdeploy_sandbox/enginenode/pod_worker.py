@@ -8,6 +8,9 @@ processes' PR_SET_PDEATHSIG fires when the thread that forked them exits (see ``
 
 What kubelet does that this does not: init and sidecar containers (the pod reports
 CreateContainerConfigError), lifecycle hooks, resource limits, events.
+
+One module, over 400 lines, because it is one thread's state machine; the pure rules it applies
+are apart (``pod_status``, ``restarts``, ``probes``, ``volumes``, ``environment``).
 """
 
 from __future__ import annotations
