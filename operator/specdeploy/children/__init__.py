@@ -2,6 +2,7 @@
 
 from specdeploy.children.deployment import ENGINE_CONTAINER, ENGINE_PORT_NAME, METRICS_PATH, build_deployment
 from specdeploy.children.disruption import build_disruption_budget
+from specdeploy.children.inputs import ChildInputs
 from specdeploy.children.kinds import (
     BY_KIND,
     CHILD_KINDS,
@@ -10,7 +11,6 @@ from specdeploy.children.kinds import (
     ENGINE_KINDS,
     LEADER_WORKER_SET,
     SERVICE,
-    ChildInputs,
     ChildKind,
 )
 from specdeploy.children.labels import (

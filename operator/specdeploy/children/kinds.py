@@ -17,34 +17,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from specdeploy import api
 from specdeploy.children.deployment import build_deployment
 from specdeploy.children.disruption import build_disruption_budget
+from specdeploy.children.inputs import ChildInputs
 from specdeploy.children.leaderworkerset import build_leader_worker_set
 from specdeploy.children.service import build_service
-from specdeploy.engines import EngineLaunch
-from specdeploy.planning import Placement
 
 # What the operator does with every child: watch it, and create or patch it by server-side apply.
 BASE_VERBS = ("list", "watch", "create", "patch")
-
-
-@dataclass(frozen=True)
-class ChildInputs:
-    """Everything a builder may read: the effective spec and what the pipeline settled for it."""
-
-    name: str
-    namespace: str
-    spec: api.SpeculativeDeploymentSpec
-    launch: EngineLaunch
-    placement: Placement
-    plan: api.Plan
-    owner: dict[str, Any] | None
-
-    @property
-    def multi_node(self) -> bool:
-        return self.plan.nodes_per_replica > 1
-
 
 # The manifest of one kind for these inputs, or None when the resource wants none of that kind.
 Builder = Callable[[ChildInputs], dict[str, Any] | None]
