@@ -154,9 +154,10 @@ def convention_writes(crs: list[dict[str, Any]]) -> dict[str, tuple[dict[str, An
         body = copy.deepcopy(cr)
         body["metadata"]["generation"] = 1
         desired = pipeline.compute(body, resolver, inventory)
-        assert desired.deployment is not None, desired.message
+        deployment = desired.child("Deployment")
+        assert deployment is not None, desired.message
         first, _ = status.status_for(body, desired, None)
-        child = diffing.stamped(desired.deployment)
+        child = diffing.stamped(deployment)
         rolled_out = {
             **child,
             "metadata": {**child["metadata"], "generation": 1},

@@ -51,15 +51,22 @@ class Desired:
     """
 
     blocked: bool
-    deployment: dict[str, Any] | None = None
-    leader_worker_set: dict[str, Any] | None = None
-    service: dict[str, Any] | None = None
-    disruption_budget: dict[str, Any] | None = None
+    # Kind -> manifest of every child the resource wants, in ``children.CHILD_KINDS`` order.
+    children: dict[str, dict[str, Any]] = field(default_factory=dict)
     status: api.SpeculativeDeploymentStatus = field(default_factory=api.SpeculativeDeploymentStatus)
     conditions: list[Condition] = field(default_factory=list)
     reason: str = ""
     message: str = ""
     retry: bool = False
+
+    def child(self, kind: str) -> dict[str, Any] | None:
+        """The wanted child of ``kind`` (None: the resource wants none, or the pass is blocked)."""
+        return self.children.get(kind)
+
+    @property
+    def engine_set(self) -> dict[str, Any] | None:
+        """The wanted child whose pods run the engine (a Deployment or a LeaderWorkerSet)."""
+        return next((self.children[k.kind] for k in children.ENGINE_KINDS if k.kind in self.children), None)
 
 
 class _Blocked(Exception):
@@ -215,7 +222,7 @@ def _planned(
     if outcome.plan.nodes_per_replica > 1 and not leader_worker_sets:
         message = (
             f"{outcome.plan.reason}; a replica on {outcome.plan.nodes_per_replica} nodes runs as a "
-            f"LeaderWorkerSet group and the cluster does not serve {children.LWS_API_VERSION}: "
+            f"LeaderWorkerSet group and the cluster does not serve {children.LEADER_WORKER_SET.api_version}: "
             f"install LeaderWorkerSet ({children.LWS_INSTALL}) or set spec.parallelism.nodes to 1"
         )
         progress.condition(api.SCHEDULABLE, "False", LWS_MISSING, message)
@@ -247,8 +254,8 @@ def _with_children(
     inventory: planning.Inventory,
     progress: _Progress,
 ) -> Desired:
-    """The Deployment (one node per replica) or LeaderWorkerSet (several), Service and
-    PodDisruptionBudget of the effective spec, and the status fields they settle."""
+    """Every child kind's manifest for the effective spec (``children.CHILD_KINDS``: the
+    Deployment or LeaderWorkerSet, Service, PodDisruptionBudget), and the status fields they settle."""
     meta = body.get("metadata", {})
     name, namespace = meta.get("name", ""), meta.get("namespace", "default")
     launch = engines.render(spec)
@@ -260,15 +267,11 @@ def _with_children(
         selector=children.selector_string(name),
     )
     placement = planning.placement(plan, inventory)
-    multi_node = plan.nodes_per_replica > 1
-    build = children.build_leader_worker_set if multi_node else children.build_deployment
-    engine_set = build(name, namespace, spec, launch, placement, plan, owner)
+    inputs = children.ChildInputs(name, namespace, spec, launch, placement, plan, owner)
+    built = ((kind.kind, kind.build(inputs)) for kind in children.CHILD_KINDS)
     return Desired(
         blocked=False,
-        deployment=None if multi_node else engine_set,
-        leader_worker_set=engine_set if multi_node else None,
-        service=children.build_service(name, namespace, spec, launch, owner=owner, leaders_only=multi_node),
-        disruption_budget=children.build_disruption_budget(name, namespace, spec, owner=owner),
+        children={kind: manifest for kind, manifest in built if manifest is not None},
         status=api.SpeculativeDeploymentStatus(**progress.fields),
         conditions=progress.conditions,
     )

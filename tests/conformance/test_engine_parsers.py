@@ -112,8 +112,8 @@ def example_405b_group(engine: str) -> tuple[list[str], list[str]]:
     body["spec"]["engine"] = {"name": engine}
     body["spec"]["speculator"]["model"] = str(REPO / body["spec"]["speculator"]["model"])
     result = pipeline.compute(body, ModelResolver(), planning.parse_gpus_flag("h100-80gb:8x2"))
-    assert result.leader_worker_set is not None, result.message
-    group = result.leader_worker_set["spec"]["leaderWorkerTemplate"]
+    assert result.child("LeaderWorkerSet") is not None, result.message
+    group = result.child("LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]
     leader, worker = (group[f"{role}Template"]["spec"]["containers"][0] for role in ("leader", "worker"))
     return leader["command"], worker["command"]
 

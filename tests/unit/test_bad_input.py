@@ -88,7 +88,7 @@ def test_a_configmap_whose_architectures_is_no_list_of_names_is_refused_by_key(
 def test_a_configmap_that_is_not_json_is_a_condition_naming_field_and_key(resolver: ModelResolver) -> None:
     cm = with_configmap({"speculator.json": "{not json"})
     desired = pipeline.compute(body(pairing={"metadataConfigMap": "meta"}), resolver, h100s(), cm)
-    assert desired.blocked and desired.retry and desired.deployment is None
+    assert desired.blocked and desired.retry and desired.child("Deployment") is None
     status, reason, message = conditions(desired)[api.PAIRING_VERIFIED]
     assert (status, reason) == ("False", "InvalidMetadataConfigMap")
     assert message.startswith(
@@ -186,7 +186,7 @@ def test_a_token_secret_that_gives_no_token_is_a_condition_without_the_value(
     assert (status, got) == ("Unknown", reason)
     assert "spec.modelAccess.tokenSecretRef (team/hf, key token)" in message
     assert "qz" not in message and "7wv" not in message and "xff" not in message
-    assert desired.blocked and desired.retry and desired.deployment is None
+    assert desired.blocked and desired.retry and desired.child("Deployment") is None
 
 
 @pytest.mark.parametrize("endpoint", ["\x1f", "hf-mirror.internal", "ftp://mirror", "https://m/?q=1"])
@@ -196,7 +196,7 @@ def test_a_hub_endpoint_that_is_not_an_http_url_is_a_condition_naming_the_field(
     """Found by the fuzz test below: a control character reached the hub client's URL parser."""
     with no_network():
         desired = pipeline.compute(body(modelAccess={"endpoint": endpoint}), resolver, h100s())
-    assert (desired.blocked, desired.reason, desired.deployment) == (True, "InvalidSpec", None)
+    assert (desired.blocked, desired.reason, desired.child("Deployment")) == (True, "InvalidSpec", None)
     assert desired.message.startswith(f"spec.modelAccess.endpoint: {endpoint!r} is not a hub endpoint")
 
 
@@ -260,11 +260,11 @@ def test_no_input_reaches_the_internal_error_boundary(
     assert desired.reason != "InternalError", desired.message
     if desired.blocked:
         assert desired.reason and desired.message
-        assert desired.deployment is None and desired.service is None
+        assert desired.child("Deployment") is None and desired.child("Service") is None
     else:
-        assert desired.deployment is not None and desired.service is not None
+        assert desired.child("Deployment") is not None and desired.child("Service") is not None
         # A quantity the apiserver cannot parse fails the write with an HTTP 500, not a 422.
-        pod = desired.deployment["spec"]["template"]["spec"]
+        pod = desired.child("Deployment")["spec"]["template"]["spec"]
         quantities = [v for c in pod["containers"] for kind in c["resources"].values() for v in kind.values()]
         quantities += [
             v["emptyDir"]["sizeLimit"] for v in pod["volumes"] if "sizeLimit" in v.get("emptyDir", {})

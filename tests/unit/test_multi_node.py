@@ -164,8 +164,9 @@ LLAMA_ON_TWO_NODES = {"verifier": {"model": LLAMA_33_70B}, "parallelism": {"node
 
 def test_a_multi_node_plan_renders_a_leader_worker_set_and_no_deployment() -> None:
     result = desired(LLAMA_ON_TWO_NODES)
-    assert not result.blocked and result.deployment is None and result.leader_worker_set is not None
-    lws = result.leader_worker_set
+    assert not result.blocked and result.child("Deployment") is None
+    assert result.child("LeaderWorkerSet") is not None
+    lws = result.child("LeaderWorkerSet")
     assert (lws["apiVersion"], lws["kind"]) == ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
     group = lws["spec"]["leaderWorkerTemplate"]
     assert lws["spec"]["replicas"] == 2 and group["size"] == 2
@@ -188,26 +189,26 @@ def test_a_multi_node_plan_renders_a_leader_worker_set_and_no_deployment() -> No
 
 def test_the_service_selects_leaders_and_the_budget_every_pod() -> None:
     result = desired(LLAMA_ON_TWO_NODES)
-    assert result.service is not None and result.disruption_budget is not None
+    assert result.child("Service") is not None and result.child("PodDisruptionBudget") is not None
     pods = selector_labels("llama")
-    assert result.service["spec"]["selector"] == {**pods, **LEADER_SELECTOR}
-    assert result.disruption_budget["spec"]["selector"]["matchLabels"] == pods
+    assert result.child("Service")["spec"]["selector"] == {**pods, **LEADER_SELECTOR}
+    assert result.child("PodDisruptionBudget")["spec"]["selector"]["matchLabels"] == pods
 
 
 def test_a_pod_of_a_group_holds_its_share_of_the_weights_in_memory() -> None:
     result = desired(LLAMA_ON_TWO_NODES)
     one_node = desired({**LLAMA_ON_TWO_NODES, "parallelism": {"nodes": 1, "tensor": 8}})
-    assert result.leader_worker_set is not None and one_node.deployment is not None
-    group = result.leader_worker_set["spec"]["leaderWorkerTemplate"]
+    assert result.child("LeaderWorkerSet") is not None and one_node.child("Deployment") is not None
+    group = result.child("LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]
     split = group["leaderTemplate"]["spec"]["containers"][0]["resources"]["requests"]["memory"]
-    whole = one_node.deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]
+    whole = one_node.child("Deployment")["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]
     # 131.4 + 4.6 GiB of weights: 68 per pod over 2 nodes, 136 on one; both + 16 shm + 4 + 2 x 8
     assert (split, whole["memory"]) == ("104Gi", "172Gi")
 
 
 def test_without_leader_worker_set_a_multi_node_plan_is_a_condition_with_the_install_command() -> None:
     result = desired(LLAMA_ON_TWO_NODES, leader_worker_sets=False)
-    assert result.blocked and result.deployment is None and result.leader_worker_set is None
+    assert result.blocked and result.child("Deployment") is None and result.child("LeaderWorkerSet") is None
     assert result.reason == "LeaderWorkerSetNotInstalled"
     schedulable = next(c for c in result.conditions if c.type == api.SCHEDULABLE)
     assert (schedulable.status, schedulable.reason) == ("False", "LeaderWorkerSetNotInstalled")
@@ -218,7 +219,7 @@ def test_without_leader_worker_set_a_multi_node_plan_is_a_condition_with_the_ins
 
 def test_without_leader_worker_set_a_one_node_plan_is_unaffected() -> None:
     result = desired({**LLAMA_ON_TWO_NODES, "parallelism": {}}, leader_worker_sets=False)
-    assert not result.blocked and result.deployment is not None
+    assert not result.blocked and result.child("Deployment") is not None
 
 
 @pytest.mark.parametrize("flag", ["--nnodes", "--headless", "-pp", "--master-addr"])

@@ -352,8 +352,8 @@ def test_failure_memory_reports_changes_only() -> None:
 
 def _desired_and_deployment(**deployment_status: Any) -> tuple[pipeline.Desired, dict[str, Any]]:
     desired = pipeline.compute(resource(), ModelResolver(), _h100_inventory())
-    assert desired.deployment is not None
-    return desired, stored(diffing.stamped(desired.deployment), "12", **deployment_status)
+    assert desired.child("Deployment") is not None
+    return desired, stored(diffing.stamped(desired.child("Deployment")), "12", **deployment_status)
 
 
 def _lifecycle(pod_views: list[PodView], spec_replicas: int = 1, **deployment_status: Any) -> dict[str, Any]:

@@ -177,17 +177,14 @@ class FakeView:
     def resource(self, key: Key) -> dict[str, Any] | None:
         return self.resources.get(key)
 
-    def deployment(self, key: Key) -> dict[str, Any] | None:
-        return self.deployments.get(key)
-
-    def leader_worker_set(self, key: Key) -> dict[str, Any] | None:
-        return self.leader_worker_sets.get(key)
-
-    def service(self, key: Key) -> dict[str, Any] | None:
-        return self.services.get(key)
-
-    def disruption_budget(self, key: Key) -> dict[str, Any] | None:
-        return self.budgets.get(key)
+    def child(self, kind: str, key: Key) -> dict[str, Any] | None:
+        by_kind = {
+            "Deployment": self.deployments,
+            "LeaderWorkerSet": self.leader_worker_sets,
+            "Service": self.services,
+            "PodDisruptionBudget": self.budgets,
+        }
+        return by_kind[kind].get(key)
 
     def resource_keys(self) -> list[Key]:
         return list(self.resources)
@@ -726,13 +723,13 @@ def test_status_for_blocked_keeps_what_still_runs_only_while_a_deployment_exists
     good = resource()
     desired = pipeline.compute(good, ModelResolver(), _h100_inventory())
     patch, _ = status.status_for(good, desired, None)
-    assert patch is not None and desired.deployment is not None
+    assert patch is not None and desired.child("Deployment") is not None
     broken = wrong_pair(generation=2)
     broken["status"] = with_status(good, patch, "11")["status"]
     blocked = pipeline.compute(broken, ModelResolver(), _h100_inventory())
     assert blocked.blocked and blocked.reason == "PairingFailed"
 
-    running = stored(diffing.stamped(desired.deployment), "12", **rolled_out())
+    running = stored(diffing.stamped(desired.child("Deployment")), "12", **rolled_out())
     kept, transitions = status.status_for(broken, blocked, running)
     assert kept is not None
     for name in ("command", "endpoint", "selector", "tensorParallelSize"):
@@ -757,8 +754,8 @@ def test_a_refused_service_leaves_running_pods_not_ready() -> None:
     refusal as its reason; with a Service standing the same block is PreviousVersionServing."""
     body = resource()
     desired = pipeline.compute(body, ModelResolver(), _h100_inventory())
-    assert desired.deployment is not None
-    running = stored(diffing.stamped(desired.deployment), "12", **rolled_out())
+    assert desired.child("Deployment") is not None
+    running = stored(diffing.stamped(desired.child("Deployment")), "12", **rolled_out())
     refused = replace(
         desired, blocked=True, reason="ChildRejected", message="the apiserver refused the Service", retry=True
     )
@@ -774,8 +771,8 @@ def test_lifecycle_reports_a_failed_rollout_as_degraded() -> None:
     """ProgressDeadlineExceeded on the Deployment is Degraded=True RolloutFailed with its message."""
     body = resource()
     desired = pipeline.compute(body, ModelResolver(), _h100_inventory())
-    assert desired.deployment is not None
-    stuck = stored(diffing.stamped(desired.deployment), "12", replicas=1, updatedReplicas=1)
+    assert desired.child("Deployment") is not None
+    stuck = stored(diffing.stamped(desired.child("Deployment")), "12", replicas=1, updatedReplicas=1)
     stuck["status"]["conditions"] = [
         {
             "type": "Progressing",
@@ -790,7 +787,7 @@ def test_lifecycle_reports_a_failed_rollout_as_degraded() -> None:
     assert (conds[api.READY].status, conds[api.PROGRESSING].reason) == ("False", "RollingOut")
 
     # A rolled-out Deployment whose spec drifted from the desired one is not "complete".
-    drifted = stored(diffing.stamped(desired.deployment), "13", **rolled_out())
+    drifted = stored(diffing.stamped(desired.child("Deployment")), "13", **rolled_out())
     drifted["spec"]["template"]["spec"]["containers"][0]["command"] = ["sleep", "inf"]
     conds = {c.type: c for c in status.lifecycle_conditions(desired, drifted, 1)}
     assert (conds[api.PROGRESSING].status, conds[api.PROGRESSING].reason) == ("True", "RollingOut")

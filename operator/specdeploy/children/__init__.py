@@ -2,6 +2,17 @@
 
 from specdeploy.children.deployment import ENGINE_CONTAINER, ENGINE_PORT_NAME, METRICS_PATH, build_deployment
 from specdeploy.children.disruption import build_disruption_budget
+from specdeploy.children.inputs import ChildInputs
+from specdeploy.children.kinds import (
+    BY_KIND,
+    CHILD_KINDS,
+    DEPLOYMENT,
+    DISRUPTION_BUDGET,
+    ENGINE_KINDS,
+    LEADER_WORKER_SET,
+    SERVICE,
+    ChildKind,
+)
 from specdeploy.children.labels import (
     ENGINE_LABEL,
     INSTANCE_LABEL,
@@ -9,21 +20,28 @@ from specdeploy.children.labels import (
     MANAGED_BY_LABEL,
     selector_string,
 )
-from specdeploy.children.leaderworkerset import API_VERSION as LWS_API_VERSION
 from specdeploy.children.leaderworkerset import INSTALL as LWS_INSTALL
 from specdeploy.children.leaderworkerset import build_leader_worker_set
 from specdeploy.children.service import build_service, endpoint
 
 __all__ = [
+    "BY_KIND",
+    "CHILD_KINDS",
+    "DEPLOYMENT",
+    "DISRUPTION_BUDGET",
     "ENGINE_CONTAINER",
+    "ENGINE_KINDS",
     "ENGINE_LABEL",
     "ENGINE_PORT_NAME",
     "INSTANCE_LABEL",
-    "LWS_API_VERSION",
+    "LEADER_WORKER_SET",
     "LWS_INSTALL",
     "MANAGED_BY",
     "MANAGED_BY_LABEL",
     "METRICS_PATH",
+    "SERVICE",
+    "ChildInputs",
+    "ChildKind",
     "build_deployment",
     "build_disruption_budget",
     "build_leader_worker_set",

@@ -66,8 +66,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: {meta.get('name')}: {result.reason}: {result.message}", file=sys.stderr)
             status = 1
             continue
-        wanted = (result.deployment, result.leader_worker_set, result.service, result.disruption_budget)
-        documents += [d for d in wanted if d is not None]
+        documents += result.children.values()
     if documents:
         print(yaml.safe_dump_all(documents, sort_keys=False, width=120), end="")
     return status

@@ -36,17 +36,8 @@ ENGINE_POD_SELECTOR = f"{children.MANAGED_BY_LABEL}={children.MANAGED_BY},{child
 # Passes running at shutdown may finish their writes within this, well inside the pod's default
 # 30 s termination grace period; the rest are cancelled (the next leader redoes them).
 SHUTDOWN_GRACE_SECONDS = 10.0
-INDICES = (
-    "resources",
-    "child_deployments",
-    "child_leader_worker_sets",
-    "child_services",
-    "child_budgets",
-    "gpu_nodes",
-    "engine_pods",
-)
-LWS_GROUP, LWS_VERSION, LWS_PLURAL = kube.LWS_GROUP, kube.LWS_VERSION, kube.LWS_PLURAL
-LWS_CRD = f"{LWS_PLURAL}.{LWS_GROUP}"
+LWS = children.LEADER_WORKER_SET
+LWS_CRD = f"{LWS.plural}.{LWS.group}"
 CRD_GROUP = "apiextensions.k8s.io"
 
 
@@ -100,6 +91,19 @@ class OperatorMemo:
         return self.reconciler
 
 
+def child_index(kind: children.ChildKind) -> str:
+    """The name of the kopf index holding the watched children of ``kind``."""
+    return f"child_{kind.plural}"
+
+
+INDICES = (
+    "resources",
+    *(child_index(kind) for kind in children.CHILD_KINDS),
+    "gpu_nodes",
+    "engine_pods",
+)
+
+
 class IndexView:
     """The reconciler's ClusterView over kopf's indices (live mappings kopf keeps current)."""
 
@@ -117,17 +121,8 @@ class IndexView:
     def resource(self, key: Key) -> dict[str, Any] | None:
         return self._object("resources", key)
 
-    def deployment(self, key: Key) -> dict[str, Any] | None:
-        return self._object("child_deployments", key)
-
-    def leader_worker_set(self, key: Key) -> dict[str, Any] | None:
-        return self._object("child_leader_worker_sets", key)
-
-    def service(self, key: Key) -> dict[str, Any] | None:
-        return self._object("child_services", key)
-
-    def disruption_budget(self, key: Key) -> dict[str, Any] | None:
-        return self._object("child_budgets", key)
+    def child(self, kind: str, key: Key) -> dict[str, Any] | None:
+        return self._object(child_index(children.BY_KIND[kind]), key)
 
     def resource_keys(self) -> list[Key]:
         return list(self._indices["resources"])
@@ -199,7 +194,7 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorMemo, **_: An
     # Before the first pass: a multi-node resource must not be blocked for want of LeaderWorkerSet
     # only because its CRD's event has not arrived yet.
     reconciler.leader_worker_sets = await asyncio.get_running_loop().run_in_executor(
-        None, client.serves, LWS_GROUP, LWS_VERSION
+        None, client.serves, LWS.group, LWS.version
     )
     if memo.election is None:
         _lead(memo)
@@ -259,25 +254,8 @@ async def resources(namespace: str | None, name: str, body: kopf.Body, **_: Any)
     return {(namespace, name): pack(body)}
 
 
-@kopf.index("apps", "v1", "deployments", labels=MANAGED)
-async def child_deployments(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Key, Cached]:
-    return {(namespace, name): pack(body)}
-
-
-@kopf.index(LWS_GROUP, LWS_VERSION, LWS_PLURAL, labels=MANAGED)
-async def child_leader_worker_sets(
-    namespace: str | None, name: str, body: kopf.Body, **_: Any
-) -> dict[Key, Cached]:
-    return {(namespace, name): pack(body)}
-
-
-@kopf.index("v1", "services", labels=MANAGED)
-async def child_services(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Key, Cached]:
-    return {(namespace, name): pack(body)}
-
-
-@kopf.index("policy", "v1", "poddisruptionbudgets", labels=MANAGED)
-async def child_budgets(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Key, Cached]:
+async def child(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Key, Cached]:
+    """The index function of every child kind (registered per kind by ``register_children``)."""
     return {(namespace, name): pack(body)}
 
 
@@ -304,15 +282,23 @@ async def on_resource(
     memo.running().submit((namespace, name), _view(kwargs))
 
 
-@kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
-@kopf.on.event(LWS_GROUP, LWS_VERSION, LWS_PLURAL, labels=MANAGED)
-@kopf.on.event("v1", "services", labels=MANAGED)
-@kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=MANAGED)
 async def on_child(namespace: str | None, labels: kopf.Labels, memo: OperatorMemo, **kwargs: Any) -> None:
     """A child changed (or was deleted): reconcile its owner, which repairs drift."""
     owner = labels.get(children.INSTANCE_LABEL)
     if owner:
         memo.running().submit((namespace, owner), _view(kwargs))
+
+
+def register_children(registry: kopf.OperatorRegistry | None = None) -> None:
+    """A watch and an index of the operator's children of every kind in ``children.CHILD_KINDS``
+    (kopf's default registry unless one is given)."""
+    for kind in children.CHILD_KINDS:
+        resource = (kind.api_version, kind.plural)
+        kopf.index(*resource, id=child_index(kind), labels=MANAGED, registry=registry)(child)
+        kopf.on.event(*resource, labels=MANAGED, registry=registry)(on_child)
+
+
+register_children()
 
 
 @kopf.on.event(CRD_GROUP, "v1", "customresourcedefinitions", field="metadata.name", value=LWS_CRD)

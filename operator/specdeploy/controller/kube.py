@@ -6,15 +6,16 @@ import base64
 import functools
 import json
 import logging
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from specdeploy import __version__, api
+from specdeploy import __version__, api, children
 from specdeploy.pipeline import ReadFailed, Unreachable
 
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
@@ -22,7 +23,9 @@ APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 EVENT_MESSAGE_LIMIT = 1024
 USER_AGENT = f"specdeploy/{__version__}"
 FIELD_MANAGER = "specdeploy"
-LWS_GROUP, LWS_VERSION, LWS_PLURAL = "leaderworkerset.x-k8s.io", "v1", "leaderworkersets"
+# The KubeClient attribute holding the typed client of each built-in API group it writes: the
+# kubernetes client names their methods ``<verb>_namespaced_<kind in snake case>``.
+TYPED_CLIENTS = {"": "core", "apps": "apps", "batch": "batch", "policy": "policy"}
 
 log = logging.getLogger(__name__)
 
@@ -116,18 +119,7 @@ class KubeClient:
             "_content_type": APPLY_CONTENT_TYPE,
             "_preload_content": False,
         }
-        patches: dict[str, Callable[..., Any]] = {
-            "Deployment": self.apps.patch_namespaced_deployment,
-            "LeaderWorkerSet": functools.partial(
-                self.custom.patch_namespaced_custom_object, LWS_GROUP, LWS_VERSION, plural=LWS_PLURAL
-            ),
-            "Service": self.core.patch_namespaced_service,
-            "Job": self.batch.patch_namespaced_job,
-            "PodDisruptionBudget": self.policy.patch_namespaced_pod_disruption_budget,
-        }
-        patch = patches.get(kind)
-        if patch is None:
-            raise ValueError(f"no apply for kind {kind}")
+        patch = self.route("patch", manifest)
         try:
             _discard(patch(**kwargs))
         except ApiException as exc:
@@ -145,13 +137,7 @@ class KubeClient:
         """Delete the engine child a resource no longer runs (its pods go with it, in the
         background); one already gone is fine."""
         meta = manifest["metadata"]
-        deletes: dict[str, Callable[..., Any]] = {
-            "Deployment": self.apps.delete_namespaced_deployment,
-            "LeaderWorkerSet": functools.partial(
-                self.custom.delete_namespaced_custom_object, LWS_GROUP, LWS_VERSION, plural=LWS_PLURAL
-            ),
-        }
-        delete = deletes[manifest["kind"]]
+        delete = self.route("delete", manifest)
         try:
             _discard(
                 delete(
@@ -166,6 +152,25 @@ class KubeClient:
                 raise ApiError(
                     f"delete of {manifest['kind']} {meta['name']}: {refusal_message(exc)}"
                 ) from exc
+
+    def route(self, verb: str, manifest: dict[str, Any]) -> Callable[..., Any]:
+        """The client call that does ``verb`` (patch, delete) to one namespaced object, called
+        with its name, namespace and the verb's options.
+
+        A child kind is looked up in ``children.CHILD_KINDS`` (one a CRD serves goes through the
+        custom objects API); any other kind (the benchmark's Job) by its apiVersion."""
+        kind = manifest["kind"]
+        child = children.BY_KIND.get(kind)
+        if child is not None and child.crd:
+            custom = getattr(self.custom, f"{verb}_namespaced_custom_object")
+            return functools.partial(custom, child.group, child.version, plural=child.plural)
+        group = child.group if child is not None else str(manifest.get("apiVersion", "")).rpartition("/")[0]
+        typed = TYPED_CLIENTS.get(group)
+        name = f"{verb}_namespaced_{_snake(kind)}"
+        method = None if typed is None else getattr(getattr(self, typed), name, None)
+        if method is None:
+            raise ValueError(f"no {verb} for kind {kind}")
+        return cast(Callable[..., Any], method)
 
     def serves(self, group: str, version: str) -> bool:
         """Whether the apiserver serves ``group/version`` (discovery, one GET)."""
@@ -248,6 +253,11 @@ class KubeClient:
         secret = _unless_missing(self.core.read_namespaced_secret, name, namespace)
         value = None if secret is None else (secret.data or {}).get(key)
         return base64.b64decode(value) if value is not None else None
+
+
+def _snake(kind: str) -> str:
+    """PodDisruptionBudget -> pod_disruption_budget, as the kubernetes client names its methods."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", kind).lower()
 
 
 def _discard(response: Any) -> None:

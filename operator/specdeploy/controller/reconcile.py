@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from specdeploy import api, pipeline
+from specdeploy.children import CHILD_KINDS, ENGINE_KINDS, SERVICE
 from specdeploy.controller import diffing, metrics, status
 from specdeploy.controller.conditions import Transition
 from specdeploy.controller.engine_metrics import EngineMetricsReader
@@ -38,13 +39,9 @@ class ClusterView(Protocol):
 
     def resource(self, key: Key) -> dict[str, Any] | None: ...
 
-    def deployment(self, key: Key) -> dict[str, Any] | None: ...
-
-    def leader_worker_set(self, key: Key) -> dict[str, Any] | None: ...
-
-    def service(self, key: Key) -> dict[str, Any] | None: ...
-
-    def disruption_budget(self, key: Key) -> dict[str, Any] | None: ...
+    def child(self, kind: str, key: Key) -> dict[str, Any] | None:
+        """The watched child of ``kind`` (a ``children.CHILD_KINDS`` entry's name) owned by ``key``."""
+        ...
 
     def resource_keys(self) -> list[Key]: ...
 
@@ -224,12 +221,7 @@ class Reconciler:
             self.leader_worker_sets,
         )
         desired = _stamped(desired)
-        current = {
-            "Deployment": view.deployment(key),
-            "LeaderWorkerSet": view.leader_worker_set(key),
-            "Service": view.service(key),
-            "PodDisruptionBudget": view.disruption_budget(key),
-        }
+        current = {kind.kind: view.child(kind.kind, key) for kind in CHILD_KINDS}
         if not desired.blocked:
             desired = await self._apply_children(key, desired, current)
         reading = None if self.engine_metrics is None else self.engine_metrics.reading(key)
@@ -239,7 +231,7 @@ class Reconciler:
             _engine_set(desired, current),
             view.pods(key),
             reading,
-            reachable=current["Service"] is not None,
+            reachable=current[SERVICE.kind] is not None,
         )
         metrics.publish_acceptance(key, {**(body.get("status") or {}), **(new_status or {})})
         if new_status is not None:
@@ -269,19 +261,21 @@ class Reconciler:
         with that message and a retry.
 
         When the engine pods move between a Deployment and a LeaderWorkerSet (a plan gained or
-        lost nodes), the old child and the Service in front of it stay until the new child has
-        rolled out; then the Service turns to the new pods and the old child is deleted.
+        lost nodes), the old child and the Service in front of it (each kind
+        ``held_while_switching``) stay until the new child has rolled out; then the Service turns
+        to the new pods and the old child is deleted.
         """
-        engine_set = desired.deployment or desired.leader_worker_set
+        engine_set = desired.engine_set
         previous = _previous_engine_set(desired, current)
         switching = previous is not None and not status.rolled_out(
             desired, current[engine_set["kind"]] if engine_set else None, _replicas(engine_set)
         )
-        for manifest in (engine_set, desired.service, desired.disruption_budget):
-            if manifest is None or (switching and manifest is desired.service and current["Service"]):
+        for kind in CHILD_KINDS:
+            manifest = desired.child(kind.kind)
+            if manifest is None or (switching and kind.held_while_switching and current[kind.kind]):
                 continue
             try:
-                await self._apply(key, manifest, current[manifest["kind"]])
+                await self._apply(key, manifest, current[kind.kind])
             except Refused as exc:
                 return dataclasses.replace(
                     desired, blocked=True, reason="ChildRejected", message=str(exc), retry=True
@@ -314,24 +308,23 @@ class Reconciler:
 def _engine_set(
     desired: pipeline.Desired, current: dict[str, dict[str, Any] | None]
 ) -> dict[str, Any] | None:
-    """The watched child whose pods serve: the one the pass wants (Deployment or
-    LeaderWorkerSet), else (blocked) whichever exists."""
-    if desired.leader_worker_set is not None:
-        return current["LeaderWorkerSet"]
-    if desired.deployment is not None:
-        return current["Deployment"]
-    return current["Deployment"] or current["LeaderWorkerSet"]
+    """The watched child whose pods serve: the one of the kind the pass wants, else (blocked)
+    the first engine kind that exists."""
+    wanted = desired.engine_set
+    if wanted is not None:
+        return current[wanted["kind"]]
+    return next((current[k.kind] for k in ENGINE_KINDS if current[k.kind] is not None), None)
 
 
 def _previous_engine_set(
     desired: pipeline.Desired, current: dict[str, dict[str, Any] | None]
 ) -> dict[str, Any] | None:
-    """The watched engine child of the kind the pass no longer wants, if any."""
-    if desired.leader_worker_set is not None:
-        return current["Deployment"]
-    if desired.deployment is not None:
-        return current["LeaderWorkerSet"]
-    return None
+    """The watched engine child of a kind the pass no longer wants, if any."""
+    wanted = desired.engine_set
+    if wanted is None:
+        return None
+    others = (current[k.kind] for k in ENGINE_KINDS if k.kind != wanted["kind"])
+    return next((child for child in others if child is not None), None)
 
 
 def _replicas(manifest: dict[str, Any] | None) -> int:
@@ -340,17 +333,8 @@ def _replicas(manifest: dict[str, Any] | None) -> int:
 
 def _stamped(desired: pipeline.Desired) -> pipeline.Desired:
     """The children with their hash annotation, computed once for the pass."""
-
-    def stamp(manifest: dict[str, Any] | None) -> dict[str, Any] | None:
-        return None if manifest is None else diffing.stamped(manifest)
-
-    return dataclasses.replace(
-        desired,
-        deployment=stamp(desired.deployment),
-        leader_worker_set=stamp(desired.leader_worker_set),
-        service=stamp(desired.service),
-        disruption_budget=stamp(desired.disruption_budget),
-    )
+    stamped = {kind: diffing.stamped(manifest) for kind, manifest in desired.children.items()}
+    return dataclasses.replace(desired, children=stamped)
 
 
 def _news(transitions: list[Transition]) -> list[Transition]:

@@ -40,7 +40,7 @@ def _rollout(deployment: dict[str, Any] | None, spec_replicas: int) -> tuple[int
 
 def _deployment_matches(result: Desired, deployment: dict[str, Any] | None) -> bool:
     """Whether the watched engine child (Deployment or LeaderWorkerSet) is the one the pass wants."""
-    wanted = result.deployment or result.leader_worker_set
+    wanted = result.engine_set
     if deployment is None or wanted is None or wanted["kind"] != deployment.get("kind"):
         return False
     return not diffing.needs_apply(diffing.stamped(wanted), deployment)
