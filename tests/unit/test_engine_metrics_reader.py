@@ -15,7 +15,7 @@ from typing import Any
 from specdeploy.controller import status
 from specdeploy.controller.engine_metrics import EngineMetricsReader, FetchError
 from specdeploy.controller.pods import ContainerView, PodView, command_digest
-from specdeploy.controller.runtime import Key
+from specdeploy.controller.workqueue import Key
 
 COMMAND = ["vllm", "serve", "sandbox/tiny-qwen3", "--speculative-config", "{}"]
 NS = "team"

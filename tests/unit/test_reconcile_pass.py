@@ -29,7 +29,7 @@ from specdeploy.controller import admission, diffing, status
 from specdeploy.controller.kube import Refused
 from specdeploy.controller.pods import PodView
 from specdeploy.controller.reconcile import GpuInventory, Reconciler
-from specdeploy.controller.runtime import RETRY_MIN_SECONDS, Key
+from specdeploy.controller.workqueue import RETRY_MIN_SECONDS, Key
 from specdeploy.modelinfo import ModelResolver
 from specdeploy.planning import inventory_from_nodes
 from specdeploy.planning.inventory import planner_view

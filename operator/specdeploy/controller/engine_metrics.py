@@ -27,7 +27,7 @@ from specdeploy import acceptance, enginefacts
 from specdeploy.children import ENGINE_LABEL, METRICS_PATH
 from specdeploy.controller import metrics, status
 from specdeploy.controller.pods import PodView, command_digest, serving
-from specdeploy.controller.runtime import Key
+from specdeploy.controller.workqueue import Key
 
 DEFAULT_INTERVAL_S = 30.0
 DEFAULT_CONCURRENCY = 32

@@ -25,7 +25,7 @@ from specdeploy.controller.engine_metrics import EngineMetricsReader, HttpFetch
 from specdeploy.controller.leadership import ElectionSettings, LeaseElection
 from specdeploy.controller.pods import PodView, project
 from specdeploy.controller.reconcile import IO_THREADS, Reconciler
-from specdeploy.controller.runtime import Key
+from specdeploy.controller.workqueue import Key
 from specdeploy.planning.inventory import planner_view
 
 MANAGED = {children.MANAGED_BY_LABEL: children.MANAGED_BY}

@@ -14,7 +14,7 @@ from pathlib import Path
 import kopf
 from huggingface_hub.utils.tqdm import disable_progress_bars
 
-from specdeploy.controller import allocator, certs, handlers, kopf_tuning, metrics
+from specdeploy.controller import certs, handlers, kopf_tuning, malloc_arenas, metrics
 from specdeploy.controller.leadership import ElectionSettings
 from specdeploy.controller.options import OperatorOptions
 from specdeploy.modelinfo.hub import ENDPOINT_ENV, HubEndpointError, default_endpoint
@@ -52,7 +52,7 @@ class AdmissionRefusals(logging.Filter):
 
 
 def main(options: OperatorOptions) -> int:
-    allocator.cap_arenas()
+    malloc_arenas.cap_arenas()
     logging.basicConfig(
         level=logging.DEBUG if options.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

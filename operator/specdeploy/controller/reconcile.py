@@ -25,7 +25,7 @@ from specdeploy.controller.conditions import Transition
 from specdeploy.controller.engine_metrics import EngineMetricsReader
 from specdeploy.controller.kube import KubeClient, Refused
 from specdeploy.controller.pods import FailureMemory, PodView, pod_failure
-from specdeploy.controller.runtime import CallLater, Key, Outcome, WorkQueue, WriteLedger, loop_call_later
+from specdeploy.controller.workqueue import CallLater, Key, Outcome, WorkQueue, WriteLedger, loop_call_later
 from specdeploy.modelinfo import ModelResolver
 from specdeploy.planning import Inventory, inventory_from_nodes
 

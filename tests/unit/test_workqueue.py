@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from fake_timers import FakeTimers
-from specdeploy.controller.runtime import Key, Outcome, WorkQueue, WriteLedger
+from specdeploy.controller.workqueue import Key, Outcome, WorkQueue, WriteLedger
 
 A: Key = ("models", "a")
 B: Key = ("models", "b")
