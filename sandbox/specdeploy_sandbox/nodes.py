@@ -17,14 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
 from specdeploy.api import GPU_RESOURCE
-from specdeploy.planning.gpus import (
-    COUNT_LABEL,
-    GPU_TAINT,
-    MEMORY_LABEL,
-    PRESENT_LABEL,
-    PRODUCT_LABEL,
-    lookup_gpu,
-)
+from specdeploy.planning.gpus import GPU_TAINT, PRODUCT_LABEL, discovery_labels, lookup_gpu
 from specdeploy.planning.inventory import NOT_READY_TAINT
 from specdeploy.planning.offline import CPU_PER_GPU, MEMORY_GIB_PER_GPU, offline_node_groups
 
@@ -214,12 +207,7 @@ def node_manifest(spec: NodeSpec, kubelet_port: int | None = None) -> dict[str, 
     resources_: dict[str, str] = {"cpu": spec.cpu, "memory": spec.memory, "pods": str(spec.pods)}
     taints: list[dict[str, str]] = []
     if spec.gpu is not None:
-        labels |= {
-            PRESENT_LABEL: "true",
-            PRODUCT_LABEL: spec.gpu.product,
-            MEMORY_LABEL: str(spec.gpu.memory_mib),
-            COUNT_LABEL: str(spec.gpu.count),
-        }
+        labels |= discovery_labels(spec.gpu.product, spec.gpu.count, spec.gpu.memory_mib)
         resources_[GPU_RESOURCE] = str(spec.gpu.count)
         if spec.taint:
             taints.append(dict(GPU_TAINT))

@@ -148,6 +148,16 @@ def node_product(labels: Mapping[str, str]) -> NodeProduct | None:
     return None
 
 
+def discovery_labels(product: str, gpus: int, memory_mib: int) -> dict[str, str]:
+    """The labels GPU feature discovery puts on a node with ``gpus`` of ``product``."""
+    return {
+        PRESENT_LABEL: "true",
+        PRODUCT_LABEL: product,
+        MEMORY_LABEL: str(memory_mib),
+        COUNT_LABEL: str(gpus),
+    }
+
+
 def lookup_gpu(name: str) -> GpuType | None:
     """The table row for an alias or GFD product string (case-insensitive), or None."""
     return _index().get(_key(name))

@@ -13,14 +13,7 @@ from typing import Any
 import yaml
 
 from specdeploy.api import GPU_RESOURCE
-from specdeploy.planning.gpus import (
-    COUNT_LABEL,
-    GPU_TAINT,
-    MEMORY_LABEL,
-    PRESENT_LABEL,
-    PRODUCT_LABEL,
-    lookup_gpu,
-)
+from specdeploy.planning.gpus import GPU_TAINT, discovery_labels, lookup_gpu
 from specdeploy.planning.inventory import Inventory, inventory_from_nodes
 
 OFFLINE_CLUSTER_FILE = "offline-cluster.yaml"
@@ -50,12 +43,7 @@ def gpu_node_object(
     gpu_memory = memory_mib or (known.memory_mib if known else None)
     if gpu_memory is None:
         raise ValueError(f"unknown GPU product {product!r}: give its memory in MiB")
-    labels = {
-        PRESENT_LABEL: "true",
-        PRODUCT_LABEL: product,
-        MEMORY_LABEL: str(gpu_memory),
-        COUNT_LABEL: str(gpus),
-    }
+    labels = discovery_labels(product, gpus, gpu_memory)
     capacity = {
         "cpu": cpu or str(CPU_PER_GPU * gpus),
         "memory": memory or f"{MEMORY_GIB_PER_GPU * gpus}Gi",
