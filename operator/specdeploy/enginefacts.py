@@ -9,6 +9,7 @@ with each engine in ``engines/``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import get_args
 
 from specdeploy import api
 
@@ -109,7 +110,7 @@ VLLM = EngineFacts(
         frozenset({"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}),
         "Llama, Qwen2 and Qwen3 dense",
     ),
-    kv_cache_dtypes=("auto", "fp8", "fp8_e4m3", "fp8_e5m2"),
+    kv_cache_dtypes=get_args(api.VllmKvCacheDtype),
     metrics=VLLM_METRICS,
     # ``num_speculative_tokens_per_batch_size`` in ``--speculative-config`` (dynamic speculation).
     per_batch_size_draft_length=True,

@@ -18,7 +18,7 @@ from specdeploy.api.base import (
     ApiModel,
     EngineName,
 )
-from specdeploy.api.engine_spec import Engine, EnvVar, SglangOptions, VllmOptions
+from specdeploy.api.engine_spec import Engine, EnvVar, SglangOptions, VllmKvCacheDtype, VllmOptions
 from specdeploy.api.pod_spec import Lifecycle, PodMetadata, Resources, Scheduling, Security, Toleration
 from specdeploy.api.spec import (
     AcceptancePolicy,
@@ -100,6 +100,7 @@ __all__ = [
     "Speculator",
     "Toleration",
     "Verifier",
+    "VllmKvCacheDtype",
     "VllmOptions",
     "validation_problems",
 ]

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import (
-    ConfigDict,
-    Field,
-)
+from pydantic import ConfigDict, Field
 
 from specdeploy.api import rules
 from specdeploy.api.base import ApiModel, EngineName
+
+# vLLM's --kv-cache-dtype values the API accepts; the fp8 ones store a byte per value.
+VllmKvCacheDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
 
 
 class EnvVar(ApiModel):
@@ -29,7 +29,7 @@ class VllmOptions(ApiModel):
     enable_expert_parallel: bool | None = Field(
         default=None, description="Pass --enable-expert-parallel (MoE verifiers)."
     )
-    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] | None = Field(
+    kv_cache_dtype: VllmKvCacheDtype | None = Field(
         default=None, description="KV cache data type (--kv-cache-dtype)."
     )
 

@@ -5,11 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import (
-    ConfigDict,
-    Field,
-    model_validator,
-)
+from pydantic import ConfigDict, Field, model_validator
 
 from specdeploy.api import rules
 from specdeploy.api.base import ApiModel, Quantity
