@@ -1,5 +1,5 @@
 """The operator process: kopf handlers feeding a tested controller core, status, diffing, admission.
 
-runtime (queue, retries, write dedup; no kopf) <- reconcile (one pass; no kopf) <- handlers (kopf
+workqueue (queue, retries, write dedup; no kopf) <- reconcile (one pass; no kopf) <- handlers (kopf
 registration) <- main (the process entry of ``specdeploy run``, which starts kopf).
 """
