@@ -12,7 +12,7 @@ ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS builder
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY operator ./operator
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
 

@@ -221,7 +221,7 @@ def test_image_install_steps_in_a_clean_venv(tmp_path: Path) -> None:
     # Build from a copy of exactly what the Dockerfile copies, so a missing file fails here too.
     context = tmp_path / "context"
     context.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy2(REPO / name, context / name)
     shutil.copytree(REPO / "operator", context / "operator", ignore=shutil.ignore_patterns("__pycache__"))
     _run([*pip, "wheel", "--no-deps", "--wheel-dir", str(dist), "."], cwd=context)
@@ -230,6 +230,10 @@ def test_image_install_steps_in_a_clean_venv(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert [n for n in names if "sandbox" in n] == [], "the operator wheel must not ship the sandbox"
     assert "specdeploy/data/offline-cluster.yaml" in names
+    # The license text travels with the wheel, so the image carries it too.
+    licenses = [n for n in names if re.fullmatch(r"specdeploy-[^/]+\.dist-info/licenses/LICENSE", n)]
+    assert licenses, names
+    assert zipfile.ZipFile(wheel).read(licenses[0]).decode() == (REPO / "LICENSE").read_text()
 
     env_dir = tmp_path / "image"
     venv.create(env_dir, with_pip=True)
