@@ -27,6 +27,7 @@ CONFIG_MAP_FIELD = "spec.pairing.metadataConfigMap"
 # The Schedulable reason of a multi-node plan in a cluster without LeaderWorkerSet.
 LWS_MISSING = "LeaderWorkerSetNotInstalled"
 TOKEN_FIELD = "spec.modelAccess.tokenSecretRef"
+DEFAULT_TOKEN_FIELD = "the operator's default hub token Secret (--default-token-secret)"
 ENDPOINT_FIELD = "spec.modelAccess.endpoint"
 
 log = logging.getLogger(__name__)
@@ -108,13 +109,15 @@ def compute(
     read_configmap: ConfigMapReader | None = None,
     read_secret: SecretReader | None = None,
     leader_worker_sets: bool = True,
+    defaults: children.PodDefaults = children.NO_DEFAULTS,
 ) -> Desired:
     """Desired state of one SpeculativeDeployment given the GPUs the cluster has.
 
     ``read_secret`` is given only when the operator may read Secrets (opt-in): then the hub
     token the resource names is used for the pairing check's downloads too.
     ``leader_worker_sets`` says whether the cluster serves LeaderWorkerSet, which a replica on
-    several nodes needs.
+    several nodes needs. ``defaults`` are the operator-wide ones for engine pods
+    (``children.defaults``), the hub token Secret among them.
     """
     meta = body.get("metadata", {})
     namespace = meta.get("namespace", "default")
@@ -126,7 +129,7 @@ def compute(
             spec,
             resolver,
             _overrides(spec, namespace, read_configmap, progress),
-            _token(spec, namespace, read_secret, progress),
+            _token(spec, namespace, read_secret, defaults, progress),
             progress,
         )
         effective = pairing.effective_spec(spec, resolved)
@@ -134,7 +137,7 @@ def compute(
         plan = _planned(effective, resolved, inventory, progress, leader_worker_sets)
         effective = _with_plan(effective, plan)
         _check_engine_rules(effective, progress)
-        return _with_children(body, effective, plan, inventory, progress)
+        return _with_children(body, effective, plan, inventory, defaults, progress)
     except _Blocked as blocked:
         return blocked.desired
     except Unreachable:
@@ -252,6 +255,7 @@ def _with_children(
     spec: api.SpeculativeDeploymentSpec,
     plan: api.Plan,
     inventory: planning.Inventory,
+    defaults: children.PodDefaults,
     progress: _Progress,
 ) -> Desired:
     """Every child kind's manifest for the effective spec (``children.CHILD_KINDS``: the
@@ -267,7 +271,7 @@ def _with_children(
         selector=children.selector_string(name),
     )
     placement = planning.placement(plan, inventory)
-    inputs = children.ChildInputs(name, namespace, spec, launch, placement, plan, owner)
+    inputs = children.ChildInputs(name, namespace, spec, launch, placement, plan, owner, defaults)
     built = ((kind.kind, kind.build(inputs)) for kind in children.CHILD_KINDS)
     return Desired(
         blocked=False,
@@ -278,20 +282,29 @@ def _with_children(
 
 
 def _token(
-    spec: api.SpeculativeDeploymentSpec, namespace: str, read_secret: SecretReader | None, progress: _Progress
+    spec: api.SpeculativeDeploymentSpec,
+    namespace: str,
+    read_secret: SecretReader | None,
+    defaults: children.PodDefaults,
+    progress: _Progress,
 ) -> str | None:
-    """The hub token the resource names, stripped; a Secret that cannot give one blocks the pass.
+    """The hub token the resource names (else the operator-wide default), stripped; a Secret that
+    cannot give one blocks the pass.
 
     The pods read the same key (a missing one keeps them from starting), so the check waits for
-    it too. No message carries any part of the value."""
-    ref = spec.model_access.token_secret_ref
+    it too; a missing default Secret is optional for both. No message carries any part of the
+    value."""
+    ref = defaults.token(spec)
     if ref is None or read_secret is None:
         return None
-    field_ = f"{TOKEN_FIELD} ({namespace}/{ref.name}, key {ref.key})"
+    where = TOKEN_FIELD if not ref.optional else DEFAULT_TOKEN_FIELD
+    field_ = f"{where} ({namespace}/{ref.name}, key {ref.key})"
     try:
         raw = read_secret(namespace, ref.name, ref.key)
     except ReadFailed as exc:
         _unknown(progress, "TokenSecretUnreadable", f"{field_}: cannot read the Secret: {exc}")
+    if raw is None and ref.optional:
+        return None
     if raw is None:
         _unknown(progress, "TokenSecretNotFound", f"{field_}: the Secret or its key does not exist")
     try:

@@ -22,6 +22,10 @@ import pytest
 import yaml
 
 import specdeploy
+from specdeploy import api
+from specdeploy.children import PodDefaults
+from specdeploy.cli import build_parser
+from specdeploy.cli.run import operator_options
 from specdeploy_sandbox import binaries
 from support.paths import REPO
 
@@ -280,6 +284,36 @@ def test_reading_token_secrets_is_opt_in(helm_binary: str) -> None:
     assert "--read-token-secrets" not in default["args"]
 
 
+def test_engine_pod_defaults_become_the_operators_flags(helm_binary: str, tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "enginePodDefaults": {
+                    "tolerations": [
+                        {"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}
+                    ],
+                    "nodeSelector": {"agentpool": "gpu"},
+                    "imagePullSecrets": [{"name": "regcred"}, "mirror"],
+                    "tokenSecret": {"name": "hf-token"},
+                }
+            }
+        )
+    )
+    docs = template(helm_binary, "-f", str(values))
+    args = find(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    # The operator takes the flags the chart writes as the defaults the values say.
+    defaults = operator_options(build_parser().parse_args(["run", *args])).pod_defaults
+    assert defaults == PodDefaults(
+        tolerations=(api.Toleration(key="sku", operator="Equal", value="gpu", effect="NoSchedule"),),
+        node_selector=(("agentpool", "gpu"),),
+        image_pull_secrets=("regcred", "mirror"),
+        token_secret=api.SecretKeyRef(name="hf-token", key="token"),
+    )
+    plain = find(template(helm_binary), "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not [a for a in plain if a.startswith("--default-")]
+
+
 def test_webhook_configuration(helm_binary: str) -> None:
     docs = template(helm_binary)
     (webhook,) = find(docs, "ValidatingWebhookConfiguration")["webhooks"]
@@ -450,7 +484,6 @@ def test_kustomization_sets_the_image_and_the_namespace(kustomize_binary: str, t
     pinned = [d for d in yaml.safe_load_all(_kustomize(kustomize_binary, tmp_path, "build")) if d]
     container = find(pinned, "Deployment")["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == f"{mine}@{digest}"
-
 
 
 def test_install_notes_repeat_the_readme_quickstart() -> None:

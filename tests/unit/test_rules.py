@@ -47,6 +47,17 @@ QUANTITIES = st.dictionaries(
     st.just("1"),
     max_size=3,
 )
+CONTAINER_NAMES = st.sampled_from(["engine", "engine", "sidecar", "Engine"])
+RESOURCE_NAMES = st.sampled_from(["cpu", "nvidia.com/gpu", "nvidia.com/mig-1g.5gb", "amd.com/gpu", "gpu"])
+LABEL_KEYS = st.sampled_from(
+    [
+        "team",
+        "app.kubernetes.io/name",
+        "app.kubernetes.io/part-of",
+        "specdeploy.io/engine",
+        "x.specdeploy.io/y",
+    ]
+)
 # What each schema node's rules see as self: small ranges, so every rule both holds and breaks.
 SELF: dict[str, st.SearchStrategy[Any]] = {
     "spec": optional(
@@ -72,6 +83,26 @@ SELF: dict[str, st.SearchStrategy[Any]] = {
         claimName=st.just("cache"), sizeLimit=st.just("200Gi"), mountPath=MOUNT_PATHS
     ),
     "spec.resources": optional(requests=QUANTITIES, limits=QUANTITIES),
+    "spec.podTemplate.metadata": optional(
+        labels=st.dictionaries(LABEL_KEYS, st.just("v"), max_size=2), annotations=st.just({"a": "b"})
+    ),
+    "spec.podTemplate.spec": optional(
+        affinity=st.just({"podAntiAffinity": {}}), serviceAccountName=st.just("sa")
+    ),
+    "spec.podTemplate.spec.containers[]": st.fixed_dictionaries(
+        {"name": CONTAINER_NAMES},
+        optional={
+            **{field: st.just(["x"]) for field in ("command", "args")},
+            "image": st.just("img"),
+            "ports": st.just([{"containerPort": 1}]),
+            **{probe: st.just({}) for probe in ("startupProbe", "readinessProbe", "livenessProbe")},
+            "resources": optional(
+                requests=st.dictionaries(RESOURCE_NAMES, st.just("1"), max_size=2),
+                limits=st.dictionaries(RESOURCE_NAMES, st.just(1), max_size=2),
+            ),
+            "envFrom": st.just([{"secretRef": {"name": "s"}}]),
+        },
+    ),
     "spec.lifecycle": optional(
         startupTimeoutSeconds=st.just(1800),
         preStopSleepSeconds=st.integers(0, 12),
@@ -110,6 +141,15 @@ EDGES: dict[str, list[Any]] = {
     "spec.parallelism.pipeline": COUNTS,
     "spec.modelCache": [{}, {"claimName": "cache", "sizeLimit": "200Gi"}],
     "spec.resources": [{"requests": {"cpu": "1"}}, {"limits": {api.GPU_RESOURCE: "1"}}],
+    "spec.podTemplate.metadata": [{"labels": {"team": "a"}}, {"labels": {"specdeploy.io/role": "x"}}],
+    "spec.podTemplate.spec": [{"imagePullSecrets": [{"name": "r"}]}, {"affinity": {}}],
+    "spec.podTemplate.spec.containers[]": [
+        {"name": "engine", "env": [{"name": "A", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]},
+        *({"name": "engine", field: {}} for field in rules.ENGINE_OWNED),
+        {"name": "sidecar", "command": ["x"], "resources": {"limits": {"cpu": 1}}},
+        {"name": "sidecar", "resources": {"requests": {"amd.com/gpu": "1"}}},
+        {"name": "sidecar", "resources": {"limits": {"nvidia.com/gpu": 1}}},
+    ],
     "spec.lifecycle": [
         {"preStopSleepSeconds": 9, "terminationGracePeriodSeconds": 10},
         {"preStopSleepSeconds": 10, "terminationGracePeriodSeconds": 10},
@@ -153,12 +193,28 @@ def placed(at: str, value: Any) -> dict[str, Any]:
     *parents, leaf = at.split(".")[1:]
     for name in parents:
         node = node.setdefault(name, {})
-    node[leaf] = value
+    # name[]: one item of the list ``name``.
+    node[leaf.removesuffix("[]")] = [value] if leaf.endswith("[]") else value
     return spec
 
 
 # A violation of each rule the models check on parse, for specs that skip the apiserver.
+# Each of the engine container's fields set to a value of its type.
+OWNED_VALUES = {"command": ["x"], "args": ["x"], "image": "img", "ports": [{"containerPort": 1}]}
+SIDECAR_GPU = {"name": "sidecar", "resources": {"limits": {api.GPU_RESOURCE: 1}}}
+
+
+def broken_container(rule: Rule) -> dict[str, Any]:
+    """A container of the patch breaking one of the container rules."""
+    field = (rule.field_path or "").lstrip(".")
+    if not rule.message.startswith(f"{field} of the"):
+        return SIDECAR_GPU
+    return {"name": "engine", field: OWNED_VALUES.get(field, {})}
+
+
 BROKEN: dict[str, Any] = {
+    "spec.podTemplate.metadata": {"labels": {"app.kubernetes.io/instance": "other"}},
+    "spec.podTemplate.spec": {"affinity": {"nodeAffinity": {}}},
     "spec.parallelism.nodes": 9,
     "spec.parallelism.pipeline": "2",
     "spec.lifecycle": {"preStopSleepSeconds": 30, "terminationGracePeriodSeconds": 30},
@@ -172,9 +228,10 @@ BROKEN: dict[str, Any] = {
 
 @pytest.mark.parametrize("rule", [rule for rule in RULES if rule.offline], ids=rule_id)
 def test_offline_rules_reject_on_parse_with_the_rules_message(rule: Rule) -> None:
-    assert not cel_holds(rule, BROKEN[rule.at])
+    broken = broken_container(rule) if rule.at == rules.TEMPLATE_CONTAINER else BROKEN[rule.at]
+    assert not cel_holds(rule, broken)
     with pytest.raises(ValidationError) as caught:
-        api.SpeculativeDeploymentSpec.model_validate(placed(rule.at, BROKEN[rule.at]))
+        api.SpeculativeDeploymentSpec.model_validate(placed(rule.at, broken))
     assert rule.error() in str(caught.value)
 
 

@@ -20,6 +20,7 @@ from specdeploy.api.base import (
 )
 from specdeploy.api.engine_spec import Engine, EnvVar, SglangOptions, VllmKvCacheDtype, VllmOptions
 from specdeploy.api.pod_spec import Lifecycle, PodMetadata, Resources, Scheduling, Security, Toleration
+from specdeploy.api.pod_template import PodTemplate
 from specdeploy.api.spec import (
     AcceptancePolicy,
     ModelAccess,
@@ -87,6 +88,7 @@ __all__ = [
     "Parallelism",
     "Plan",
     "PodMetadata",
+    "PodTemplate",
     "Resources",
     "Rollout",
     "Scheduling",

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic.config import JsonDict
 
 from specdeploy.api.base import ENGINE_HOME, GPU_RESOURCE, MAX_NODES, ApiModel
+from specdeploy.api.engine_pod import ENGINE_CONTAINER, OPERATOR_LABELS, OWN_PREFIX
 
 # The tensor-parallel sizes the apiserver accepts.
 TENSOR_SIZES = (1, 2, 4, 8, 16, 32, 64)
@@ -99,6 +100,51 @@ SGLANG_TOPK_WITH_DRAFT_TOKENS = Rule(
     field_path=".eagleTopk",
 )
 
+# The engine container's fields the operator sets, each with where its setting lives instead.
+ENGINE_OWNED = {
+    "command": "rendered from the engine and the GPU plan (status.command); extra arguments go "
+    "in spec.engine.args",
+    "args": "extra arguments go in spec.engine.args",
+    "image": "set it in spec.engine.image",
+    "resources": "set cpu, memory and other resources in spec.resources; GPUs come from the plan",
+    "ports": "the engine serves its API and /metrics on the one port the Service targets",
+    "startupProbe": "the startup budget is spec.lifecycle.startupTimeoutSeconds",
+    "readinessProbe": "the engine's renderer sets it",
+    "livenessProbe": "the engine's renderer sets it",
+}
+TEMPLATE_CONTAINER = "spec.podTemplate.spec.containers[]"
+
+
+def _engine_owned(field: str, hint: str) -> Rule:
+    return Rule(
+        at=TEMPLATE_CONTAINER,
+        cel=f"self.name != '{ENGINE_CONTAINER}' || !has(self.{field})",
+        message=f"{field} of the {ENGINE_CONTAINER} container is the operator's: {hint}",
+        holds=lambda c: c.get("name") != ENGINE_CONTAINER or field not in c,
+        field_path=f".{field}",
+        offline=True,
+    )
+
+
+def _gpu(key: str) -> bool:
+    """A GPU resource name: NVIDIA's (nvidia.com/gpu, MIG slices) or another vendor's <domain>/gpu."""
+    return key.startswith("nvidia.com/") or key.endswith("/gpu")
+
+
+def _no_sidecar_gpus(container: Any) -> bool:
+    resources = container.get("resources", {})
+    return container.get("name") == ENGINE_CONTAINER or not any(
+        _gpu(key) for part in ("requests", "limits") for key in resources.get(part, {})
+    )
+
+
+def _own_label(key: str) -> bool:
+    return key in OPERATOR_LABELS or key.startswith(OWN_PREFIX)
+
+
+_GPU_CEL = "!(k.startsWith('nvidia.com/') || k.endsWith('/gpu'))"
+_OWN_LABELS_CEL = ", ".join(f"'{label}'" for label in OPERATOR_LABELS)
+
 RULES: tuple[Rule, ...] = (
     SGLANG_CHAIN,
     SGLANG_TOPK_WITH_DRAFT_TOKENS,
@@ -177,6 +223,40 @@ RULES: tuple[Rule, ...] = (
         message=ROOT_CACHE_MESSAGE,
         holds=_cache_reachable,
         field_path=".modelCache.mountPath",
+        offline=True,
+    ),
+    *(_engine_owned(field, hint) for field, hint in ENGINE_OWNED.items()),
+    Rule(
+        at=TEMPLATE_CONTAINER,
+        cel=(
+            f"self.name == '{ENGINE_CONTAINER}' || !has(self.resources) || "
+            f"((!has(self.resources.requests) || self.resources.requests.all(k, {_GPU_CEL})) && "
+            f"(!has(self.resources.limits) || self.resources.limits.all(k, {_GPU_CEL})))"
+        ),
+        message="GPUs (nvidia.com/*, */gpu) are planned for the engine container only, not a sidecar",
+        holds=_no_sidecar_gpus,
+        field_path=".resources",
+        offline=True,
+    ),
+    Rule(
+        at="spec.podTemplate.spec",
+        cel="!has(self.affinity)",
+        message="podTemplate.spec.affinity is refused: set spec.scheduling.affinity, which the "
+        "operator merges with the GPU plan's node affinity",
+        holds=lambda s: "affinity" not in s,
+        field_path=".affinity",
+        offline=True,
+    ),
+    Rule(
+        at="spec.podTemplate.metadata",
+        cel=(
+            f"!has(self.labels) || self.labels.all(k, !(k in [{_OWN_LABELS_CEL}]) && "
+            f"!k.startsWith('{OWN_PREFIX}'))"
+        ),
+        message=f"{', '.join(OPERATOR_LABELS)} and {OWN_PREFIX}* are the operator's labels (the "
+        "Service and the watches select engine pods by them)",
+        holds=lambda m: not any(_own_label(key) for key in m.get("labels", {})),
+        field_path=".labels",
         offline=True,
     ),
 )

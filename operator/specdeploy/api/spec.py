@@ -30,6 +30,7 @@ from specdeploy.api.pod_spec import (
     Scheduling,
     Security,
 )
+from specdeploy.api.pod_template import PodTemplate
 
 
 class Verifier(ApiModel):
@@ -326,6 +327,17 @@ class SpeculativeDeploymentSpec(ApiModel):
     scheduling: Scheduling = Field(default_factory=Scheduling, json_schema_extra={"default": {}})
     pod_metadata: PodMetadata = Field(default_factory=PodMetadata, json_schema_extra={"default": {}})
     resources: Resources = Field(default_factory=Resources, json_schema_extra={"default": {}})
+    pod_template: PodTemplate | None = Field(
+        default=None,
+        description=(
+            "A patch over the engine pods' template (core/v1 PodTemplateSpec: metadata labels and "
+            "annotations, PodSpec fields), merged like a strategic-merge patch after the typed "
+            "fields: imagePullSecrets, serviceAccountName, volumes, and the engine container's env "
+            "(valueFrom too), envFrom and volumeMounts (containers: [{name: engine, ...}]). The "
+            "engine container's command, args, image, resources, ports and probes, the node "
+            "affinity and the operator's labels are refused."
+        ),
+    )
     service: Service = Field(default_factory=Service, json_schema_extra={"default": {}})
     security: Security = Field(default_factory=Security, json_schema_extra={"default": {}})
     lifecycle: Lifecycle = Field(default_factory=Lifecycle, json_schema_extra={"default": {}})

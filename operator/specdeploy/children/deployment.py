@@ -10,13 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 from specdeploy import api
+from specdeploy.api.engine_pod import ENGINE_CONTAINER
+from specdeploy.children.defaults import NO_DEFAULTS, PodDefaults
 from specdeploy.children.labels import child_manifest, common_labels, selector_labels
+from specdeploy.children.podpatch import patch_pod_template
 from specdeploy.children.sizing import PodSizing, container_resources, pod_sizing
 from specdeploy.engines import EngineLaunch
 from specdeploy.modelinfo.hub import default_endpoint
 from specdeploy.planning import Placement
 
-ENGINE_CONTAINER = "engine"
 # The engines serve their OpenAI-compatible API and their Prometheus /metrics on one port.
 ENGINE_PORT_NAME = "http"
 METRICS_PATH = "/metrics"
@@ -35,20 +37,20 @@ ENGINE_SECURITY_CONTEXT: dict[str, Any] = {
 }
 
 
-def _env(spec: api.SpeculativeDeploymentSpec, launch: EngineLaunch) -> list[dict[str, Any]]:
+def _env(
+    spec: api.SpeculativeDeploymentSpec, launch: EngineLaunch, defaults: PodDefaults
+) -> list[dict[str, Any]]:
     """Hub access (token, endpoint, offline) then ``engine.env``. The endpoint is the resource's,
-    else the operator-wide default, so engines download from the mirror the operator looked in."""
+    else the operator-wide default, so engines download from the mirror the operator looked in;
+    the token likewise (an operator-wide one is optional, ``children.defaults``)."""
     access = spec.model_access
     env: list[dict[str, Any]] = []
-    if access.token_secret_ref is not None:
-        env.append(
-            {
-                "name": "HF_TOKEN",
-                "valueFrom": {
-                    "secretKeyRef": {"name": access.token_secret_ref.name, "key": access.token_secret_ref.key}
-                },
-            }
-        )
+    token = defaults.token(spec)
+    if token is not None:
+        ref: dict[str, Any] = {"name": token.name, "key": token.key}
+        if token.optional:
+            ref["optional"] = True
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": ref}})
     endpoint = access.endpoint or default_endpoint()
     if endpoint:
         env.append({"name": "HF_ENDPOINT", "value": endpoint})
@@ -155,7 +157,11 @@ def _merge_affinity(
 
 
 def _container(
-    spec: api.SpeculativeDeploymentSpec, launch: EngineLaunch, gpus: int, sizing: PodSizing
+    spec: api.SpeculativeDeploymentSpec,
+    launch: EngineLaunch,
+    gpus: int,
+    sizing: PodSizing,
+    defaults: PodDefaults,
 ) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": ENGINE_CONTAINER,
@@ -174,34 +180,57 @@ def _container(
         "securityContext": ENGINE_SECURITY_CONTEXT,
         **_lifecycle(spec.lifecycle),
     }
-    env = _env(spec, launch)
+    env = _env(spec, launch, defaults)
     if env:
         container["env"] = env
     return container
 
 
+def _tolerations(
+    placement: Placement, defaults: PodDefaults, scheduling: api.Scheduling
+) -> list[dict[str, Any]]:
+    """The plan's (the GPU taint), the operator-wide defaults, then the resource's, each once."""
+    tolerations: list[dict[str, Any]] = []
+    given = (
+        *(dict(t) for t in placement.tolerations),
+        *(
+            t.model_dump(by_alias=True, exclude_none=True)
+            for t in (*defaults.tolerations, *scheduling.tolerations)
+        ),
+    )
+    for toleration in given:
+        if toleration not in tolerations:
+            tolerations.append(toleration)
+    return tolerations
+
+
 def _pod_spec(
-    name: str, spec: api.SpeculativeDeploymentSpec, launch: EngineLaunch, placement: Placement, plan: api.Plan
+    name: str,
+    spec: api.SpeculativeDeploymentSpec,
+    launch: EngineLaunch,
+    placement: Placement,
+    plan: api.Plan,
+    defaults: PodDefaults,
 ) -> dict[str, Any]:
-    """The engine container with its volumes, and the plan's placement merged with spec.scheduling."""
+    """The engine container with its volumes, and the plan's placement merged with the operator's
+    defaults and spec.scheduling."""
     scheduling = spec.scheduling
     sizing = pod_sizing(plan)
-    tolerations = [
-        *(dict(t) for t in placement.tolerations),
-        *(t.model_dump(by_alias=True, exclude_none=True) for t in scheduling.tolerations),
-    ]
     pod_spec: dict[str, Any] = {
-        "containers": [_container(spec, launch, placement.gpus, sizing)],
+        "containers": [_container(spec, launch, placement.gpus, sizing, defaults)],
         "volumes": _volumes(spec, sizing),
         "securityContext": _pod_security(spec.security),
-        "tolerations": tolerations,
+        "tolerations": _tolerations(placement, defaults, scheduling),
         "terminationGracePeriodSeconds": spec.lifecycle.termination_grace_period_seconds,
         "enableServiceLinks": False,
         # An engine never calls the Kubernetes API: no ServiceAccount token in its filesystem.
         "automountServiceAccountToken": False,
     }
-    if scheduling.node_selector:
-        pod_spec["nodeSelector"] = dict(scheduling.node_selector)
+    node_selector = {**dict(defaults.node_selector), **scheduling.node_selector}
+    if node_selector:
+        pod_spec["nodeSelector"] = node_selector
+    if defaults.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": secret} for secret in defaults.image_pull_secrets]
     affinity = _merge_affinity(scheduling.affinity, list(placement.node_requirements))
     if affinity:
         pod_spec["affinity"] = affinity
@@ -221,12 +250,14 @@ def engine_pod_template(
     launch: EngineLaunch,
     placement: Placement,
     plan: api.Plan,
+    defaults: PodDefaults = NO_DEFAULTS,
     extra_labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The engine pod template (metadata and spec) of one pod of a replica.
 
     ``placement`` comes from the GPU plan: GPUs per pod, node requirements, tolerations;
-    ``plan`` sizes CPU, memory, /dev/shm and the cache (``children.sizing``).
+    ``plan`` sizes CPU, memory, /dev/shm and the cache (``children.sizing``); ``defaults`` are the
+    operator-wide ones. ``spec.podTemplate`` is merged over the result (``children.podpatch``).
     """
     labels = {**common_labels(name, spec.engine.name), **(extra_labels or {})}
     # The annotations plain Prometheus' kubernetes-pods job scrapes by; spec.podMetadata can
@@ -240,7 +271,10 @@ def engine_pod_template(
         "labels": {**spec.pod_metadata.labels, **labels},
         "annotations": {**scrape, **spec.pod_metadata.annotations},
     }
-    return {"metadata": pod_meta, "spec": _pod_spec(name, spec, launch, placement, plan)}
+    template = {"metadata": pod_meta, "spec": _pod_spec(name, spec, launch, placement, plan, defaults)}
+    if spec.pod_template is None:
+        return template
+    return patch_pod_template(template, spec.pod_template.patch())
 
 
 def build_deployment(
@@ -251,6 +285,7 @@ def build_deployment(
     placement: Placement,
     plan: api.Plan,
     owner: dict[str, Any] | None = None,
+    defaults: PodDefaults = NO_DEFAULTS,
 ) -> dict[str, Any]:
     """The engine Deployment for an effective spec (models, TP and engine knobs resolved) whose
     replicas each fit on one node."""
@@ -258,6 +293,6 @@ def build_deployment(
         "replicas": spec.replicas,
         "selector": {"matchLabels": selector_labels(name)},
         "strategy": {"type": "RollingUpdate", "rollingUpdate": rolling_update(spec.rollout)},
-        "template": engine_pod_template(name, spec, launch, placement, plan),
+        "template": engine_pod_template(name, spec, launch, placement, plan, defaults),
     }
     return child_manifest("apps/v1", "Deployment", name, namespace, spec.engine.name, owner, body)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specdeploy import api
+from specdeploy.children.defaults import NO_DEFAULTS, PodDefaults
 from specdeploy.engines import EngineLaunch
 from specdeploy.planning import Placement
 
@@ -22,6 +23,7 @@ class ChildInputs:
     placement: Placement
     plan: api.Plan
     owner: dict[str, Any] | None
+    defaults: PodDefaults = NO_DEFAULTS
 
     @property
     def multi_node(self) -> bool:

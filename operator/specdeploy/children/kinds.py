@@ -67,7 +67,14 @@ def _deployment(inputs: ChildInputs) -> dict[str, Any] | None:
     if inputs.multi_node:
         return None
     return build_deployment(
-        inputs.name, inputs.namespace, inputs.spec, inputs.launch, inputs.placement, inputs.plan, inputs.owner
+        inputs.name,
+        inputs.namespace,
+        inputs.spec,
+        inputs.launch,
+        inputs.placement,
+        inputs.plan,
+        inputs.owner,
+        inputs.defaults,
     )
 
 
@@ -76,7 +83,14 @@ def _leader_worker_set(inputs: ChildInputs) -> dict[str, Any] | None:
     if not inputs.multi_node:
         return None
     return build_leader_worker_set(
-        inputs.name, inputs.namespace, inputs.spec, inputs.launch, inputs.placement, inputs.plan, inputs.owner
+        inputs.name,
+        inputs.namespace,
+        inputs.spec,
+        inputs.launch,
+        inputs.placement,
+        inputs.plan,
+        inputs.owner,
+        inputs.defaults,
     )
 
 

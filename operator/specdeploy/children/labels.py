@@ -10,13 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 from specdeploy import api
+from specdeploy.api.engine_pod import (
+    COMPONENT_LABEL,
+    ENGINE_LABEL,
+    INSTANCE_LABEL,
+    MANAGED_BY_LABEL,
+    NAME_LABEL,
+)
 
 MANAGED_BY = "specdeploy"
-NAME_LABEL = "app.kubernetes.io/name"
-INSTANCE_LABEL = "app.kubernetes.io/instance"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-COMPONENT_LABEL = "app.kubernetes.io/component"
-ENGINE_LABEL = f"{api.GROUP}/engine"
 
 
 def selector_labels(name: str) -> dict[str, str]:

@@ -14,7 +14,9 @@ import copy
 from typing import Any
 
 from specdeploy import api
-from specdeploy.children.deployment import ENGINE_CONTAINER, engine_pod_template, rolling_update
+from specdeploy.api.engine_pod import ENGINE_CONTAINER
+from specdeploy.children.defaults import NO_DEFAULTS, PodDefaults
+from specdeploy.children.deployment import engine_pod_template, rolling_update
 from specdeploy.children.labels import child_manifest
 from specdeploy.engines import EngineLaunch
 from specdeploy.planning import Placement
@@ -60,9 +62,11 @@ def build_leader_worker_set(
     placement: Placement,
     plan: api.Plan,
     owner: dict[str, Any] | None = None,
+    defaults: PodDefaults = NO_DEFAULTS,
 ) -> dict[str, Any]:
-    """The LeaderWorkerSet for an effective spec whose plan spans ``plan.nodesPerReplica`` nodes."""
-    leader = engine_pod_template(name, spec, launch, placement, plan, LEADER_SELECTOR)
+    """The LeaderWorkerSet for an effective spec whose plan spans ``plan.nodesPerReplica`` nodes
+    (the workers' template is the leader's, ``spec.podTemplate`` and the defaults included)."""
+    leader = engine_pod_template(name, spec, launch, placement, plan, defaults, LEADER_SELECTOR)
     body = {
         "replicas": spec.replicas,
         "startupPolicy": "LeaderCreated",

@@ -7,6 +7,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from specdeploy import api
+from specdeploy.children import PodDefaults
 from specdeploy.controller.options import OperatorOptions
 
 
@@ -102,6 +106,44 @@ def register(subparsers: Any) -> None:
         help="how long a Lease lasts unrenewed: the longest failover after a leader dies (default "
         "15; renewals are due within 2/3 of it, every 2 s)",
     )
+    defaults = parser.add_argument_group(
+        "engine pod defaults",
+        "what every engine pod gets unless its resource says otherwise (docs/api.md, operator-wide defaults)",
+    )
+    defaults.add_argument(
+        "--default-toleration",
+        action="append",
+        default=[],
+        type=_toleration,
+        metavar="TOLERATION",
+        help="tolerate this taint on every engine pod, besides the resource's own (repeatable): "
+        "KEY[=VALUE]:EFFECT as kubectl taint writes it (sku=gpu:NoSchedule), or a core/v1 "
+        "Toleration as JSON",
+    )
+    defaults.add_argument(
+        "--default-node-selector",
+        action="append",
+        default=[],
+        type=_label,
+        metavar="KEY=VALUE",
+        help="node selector label of every engine pod (repeatable); the resource's "
+        "spec.scheduling.nodeSelector overrides the same key",
+    )
+    defaults.add_argument(
+        "--default-image-pull-secret",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="image pull Secret of every engine pod, in the resource's namespace (repeatable)",
+    )
+    defaults.add_argument(
+        "--default-token-secret",
+        type=_secret_key,
+        metavar="NAME[:KEY]",
+        help="hub token Secret (key default token) for resources without "
+        "spec.modelAccess.tokenSecretRef: the engines' HF_TOKEN (optional: a namespace without it "
+        "runs without a token) and, with --read-token-secrets, the operator's lookups",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.set_defaults(func=run)
 
@@ -119,6 +161,43 @@ def _at_least(low: float, kind: type[float] | type[int]) -> Callable[[str], floa
         return value
 
     return parse
+
+
+def _toleration(text: str) -> api.Toleration:
+    """argparse type: a core/v1 Toleration as JSON, or kubectl taint's KEY[=VALUE]:EFFECT."""
+    try:
+        if text.lstrip().startswith("{"):
+            return api.Toleration.model_validate_json(text)
+        taint, _, effect = text.rpartition(":")
+        key, equal, value = taint.partition("=")
+        if not key:
+            raise ValueError("no KEY before :EFFECT")
+        operator = "Equal" if equal else "Exists"
+        return api.Toleration.model_validate(
+            {"key": key, "operator": operator, "value": value or None, "effect": effect}
+        )
+    except ValueError as exc:
+        problem = api.validation_problems(exc, "toleration") if isinstance(exc, ValidationError) else exc
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: {problem} (KEY[=VALUE]:EFFECT, e.g. sku=gpu:NoSchedule, or a Toleration as JSON)"
+        ) from exc
+
+
+def _label(text: str) -> tuple[str, str]:
+    """argparse type: KEY=VALUE."""
+    key, equal, value = text.partition("=")
+    if not key or not equal:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key, value
+
+
+def _secret_key(text: str) -> api.SecretKeyRef:
+    """argparse type: a Secret's NAME[:KEY] (key default token)."""
+    name, _, key = text.partition(":")
+    try:
+        return api.SecretKeyRef(name=name, key=key) if key else api.SecretKeyRef(name=name)
+    except ValidationError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {api.validation_problems(exc, 'secret')}") from exc
 
 
 def _hub_endpoint(url: str) -> str:
@@ -154,6 +233,12 @@ def operator_options(args: argparse.Namespace) -> OperatorOptions:
         leader_election_id=args.leader_election_id,
         leader_election_lease_seconds=args.leader_election_lease_seconds,
         verbose=args.verbose,
+        pod_defaults=PodDefaults(
+            tolerations=tuple(args.default_toleration),
+            node_selector=tuple(args.default_node_selector),
+            image_pull_secrets=tuple(args.default_image_pull_secret),
+            token_secret=args.default_token_secret,
+        ),
     )
 
 

@@ -73,6 +73,7 @@ class OperatorMemo:
     ``lost_lease``) and its restart rejoins as a follower."""
 
     read_secrets: bool = False
+    pod_defaults: children.PodDefaults = children.NO_DEFAULTS
     webhook: WebhookServer | None = None
     engine_metrics: EngineMetricsSettings | None = None
     election: ElectionSettings | None = None
@@ -189,7 +190,11 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorMemo, **_: An
         )
     client = kube.KubeClient(connections=IO_THREADS)
     reconciler = memo.reconciler = Reconciler(
-        client, client.post_event, read_secrets=memo.read_secrets, engine_metrics=reader
+        client,
+        client.post_event,
+        read_secrets=memo.read_secrets,
+        engine_metrics=reader,
+        pod_defaults=memo.pod_defaults,
     )
     # Before the first pass: a multi-node resource must not be blocked for want of LeaderWorkerSet
     # only because its CRD's event has not arrived yet.

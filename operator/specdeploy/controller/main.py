@@ -14,6 +14,7 @@ from pathlib import Path
 import kopf
 from huggingface_hub.utils.tqdm import disable_progress_bars
 
+from specdeploy.children import NO_DEFAULTS
 from specdeploy.controller import certs, handlers, kopf_tuning, malloc_arenas, metrics
 from specdeploy.controller.leadership import ElectionSettings
 from specdeploy.controller.options import OperatorOptions
@@ -73,7 +74,9 @@ def main(options: OperatorOptions) -> int:
     log.info("model hub: %s", hub or "HF_ENDPOINT, else the Hugging Face Hub (no operator default)")
     # The pairing check's hub reads (safetensors headers) draw tqdm bars: noise in a service log.
     disable_progress_bars()
-    memo = handlers.OperatorMemo(read_secrets=options.read_token_secrets)
+    memo = handlers.OperatorMemo(read_secrets=options.read_token_secrets, pod_defaults=options.pod_defaults)
+    if options.pod_defaults != NO_DEFAULTS:
+        log.info("engine pod defaults: %s", options.pod_defaults)
     if options.acceptance_interval > 0:
         memo.engine_metrics = handlers.EngineMetricsSettings(
             interval=options.acceptance_interval,

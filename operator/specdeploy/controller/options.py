@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from specdeploy.children import NO_DEFAULTS, PodDefaults
+
 
 @dataclass(frozen=True)
 class OperatorOptions:
@@ -37,3 +39,5 @@ class OperatorOptions:
     leader_election_id: str
     leader_election_lease_seconds: int
     verbose: bool
+    # What every engine pod gets unless its resource says otherwise (the --default-* flags).
+    pod_defaults: PodDefaults = NO_DEFAULTS

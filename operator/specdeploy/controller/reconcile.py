@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from specdeploy import api, pipeline
-from specdeploy.children import CHILD_KINDS, ENGINE_KINDS, SERVICE
+from specdeploy.children import CHILD_KINDS, ENGINE_KINDS, NO_DEFAULTS, SERVICE, PodDefaults
 from specdeploy.controller import diffing, metrics, status
 from specdeploy.controller.conditions import Transition
 from specdeploy.controller.engine_metrics import EngineMetricsReader
@@ -93,8 +93,10 @@ class Reconciler:
         resolver: ModelResolver | None = None,
         call_later: CallLater = loop_call_later,
         engine_metrics: EngineMetricsReader | None = None,
+        pod_defaults: PodDefaults = NO_DEFAULTS,
     ) -> None:
         self.kube = kube
+        self.pod_defaults = pod_defaults
         self.post_event = post_event
         self.read_secrets = read_secrets
         self.resolver = resolver or ModelResolver()
@@ -219,6 +221,7 @@ class Reconciler:
             self.kube.read_configmap,
             self.kube.read_secret if self.read_secrets else None,
             self.leader_worker_sets,
+            self.pod_defaults,
         )
         desired = _stamped(desired)
         current = {kind.kind: view.child(kind.kind, key) for kind in CHILD_KINDS}

@@ -16,7 +16,8 @@ import json
 from typing import Any
 
 from specdeploy import api, children, engines
-from specdeploy.children.labels import NAME_LABEL, owner_reference
+from specdeploy.api.engine_pod import NAME_LABEL
+from specdeploy.children.labels import owner_reference
 
 BENCHMARK_OF_LABEL = f"{api.GROUP}/benchmark-of"
 ROLE_LABEL = f"{api.GROUP}/benchmark-role"
@@ -209,6 +210,9 @@ def load_job(
     }
     if env:
         container["env"] = env
-    placement = {k: pod_spec[k] for k in ("nodeSelector", "affinity", "tolerations") if pod_spec.get(k)}
+    # Placed like the engines, and its image pulled with their secrets (a private registry's mirror
+    # of the engine image).
+    copied = ("nodeSelector", "affinity", "tolerations", "imagePullSecrets")
+    placement = {k: pod_spec[k] for k in copied if pod_spec.get(k)}
     pod = {"enableServiceLinks": False, "containers": [container], **placement}
     return _job(name, speculative["metadata"]["namespace"], "load", owner, deadline_s, pod)
