@@ -53,7 +53,7 @@ class ChosenInventory:
             return f"kubeconfig context {self.details['context']} ({self.details['server']})"
         if self.source == "gpus":
             return f"--gpus {self.details['gpus']}"
-        return "the offline cluster (no kubeconfig with a current context; --kubeconfig names one)"
+        return "the offline cluster"
 
 
 def add_inventory_flags(parser: Any) -> None:
@@ -95,7 +95,10 @@ def choose(args: argparse.Namespace) -> ChosenInventory:
         location = str(args.kubeconfig) if explicit else os.environ.get("KUBECONFIG") or DEFAULT_KUBECONFIG
         found = cluster_inventory(location, explicit)
         chosen = found or ChosenInventory(offline_inventory(), "offline")
-    print(f"planning against {chosen.label()}", file=sys.stderr)
+    hint = (
+        " (no kubeconfig with a current context)" if chosen.source == "offline" and not args.offline else ""
+    )
+    print(f"planning against {chosen.label()}{hint}", file=sys.stderr)
     return chosen
 
 
