@@ -5,6 +5,7 @@ meaning (``specdeploy.exitcodes``), and the inventory ``plan`` and ``render`` pl
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +163,28 @@ def test_a_kubeconfig_without_a_current_context_is_no_cluster(
     monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "config", current=None)))
     code, out, _ = run(capsys, "plan", "-f", str(SEED), "-o", "json")
     assert (code, json.loads(out)["inventory"]) == (0, {"source": "offline"})
+
+
+def test_a_broken_kubeconfig_is_an_error_not_a_silent_offline_plan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = tmp_path / "broken"
+    broken.write_text("clusters: [unclosed\n")
+    monkeypatch.setenv("KUBECONFIG", str(broken))
+    code, out, err = run(capsys, "plan", "-f", str(SEED))
+    assert (code, out) == (ExitCode.BAD_INPUT, "")
+    assert f"kubeconfig {broken}:" in err and "Traceback" not in err
+
+
+def test_kubeconfig_files_are_merged_the_first_current_context_wins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    paths = [tmp_path / "absent", empty, write_kubeconfig(tmp_path / "config")]
+    monkeypatch.setenv("KUBECONFIG", os.pathsep.join(map(str, paths)))
+    code, _, err = run(capsys, "plan", "-f", str(SEED))
+    assert code == ExitCode.CLUSTER_UNREACHABLE and "context ctx" in err
 
 
 @pytest.mark.parametrize("verb", ["plan", "render"])

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
 from specdeploy.exitcodes import ExitCode
 
 if TYPE_CHECKING:
@@ -102,6 +104,39 @@ def choose(args: argparse.Namespace) -> ChosenInventory:
     return chosen
 
 
+def current_context(kubeconfig: str, explicit: bool) -> tuple[str, str] | None:
+    """The current context of a kubeconfig (its files merged: the first that sets one wins), and
+    its files that hold anything, joined as ``KUBECONFIG`` joins them.
+
+    None when no file exists or none sets a current context and the kubeconfig was not asked
+    for by name; a file that exists but cannot be read is an error either way, as in kubectl.
+    """
+    paths = [Path(path).expanduser() for path in kubeconfig.split(os.pathsep) if path]
+    found = [path for path in paths if path.exists()]
+    if not found and not explicit:
+        return None
+    if not found:
+        raise InventoryUnavailable(ExitCode.BAD_INPUT, f"--kubeconfig {kubeconfig}: no such file")
+    context = None
+    files = []
+    for path in found:
+        try:
+            document = yaml.safe_load(path.read_text())
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise InventoryUnavailable(ExitCode.BAD_INPUT, f"kubeconfig {path}: {exc}") from exc
+        if document is None:
+            continue
+        if not isinstance(document, dict):
+            raise InventoryUnavailable(ExitCode.BAD_INPUT, f"kubeconfig {path}: not a kubeconfig")
+        files.append(str(path))
+        context = context or document.get("current-context")
+    if context:
+        return str(context), os.pathsep.join(files)
+    if explicit:
+        raise InventoryUnavailable(ExitCode.BAD_INPUT, f"--kubeconfig {kubeconfig}: no current-context")
+    return None
+
+
 def cluster_inventory(kubeconfig: str, explicit: bool) -> ChosenInventory | None:
     """The GPU inventory of the kubeconfig's current cluster (None: no kubeconfig names one).
 
@@ -115,21 +150,12 @@ def cluster_inventory(kubeconfig: str, explicit: bool) -> ChosenInventory | None
 
     from specdeploy.planning import inventory_from_nodes
 
+    found = current_context(kubeconfig, explicit)
+    if found is None:
+        return None
+    context, files = found
     try:
-        _, current = config.list_kube_config_contexts(config_file=kubeconfig)  # type: ignore[no-untyped-call]
-    except (ConfigException, OSError, ValueError) as exc:
-        if not explicit:
-            return None
-        raise InventoryUnavailable(ExitCode.BAD_INPUT, f"--kubeconfig {kubeconfig}: {exc}") from exc
-    if not current:
-        if not explicit:
-            return None
-        raise InventoryUnavailable(
-            ExitCode.BAD_INPUT, f"--kubeconfig {kubeconfig}: no current context (current-context)"
-        )
-    context = str(current.get("name", ""))
-    try:
-        api_client = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+        api_client = config.new_client_from_config(config_file=files)  # type: ignore[no-untyped-call]
     except (ConfigException, OSError, ValueError) as exc:
         raise InventoryUnavailable(
             ExitCode.BAD_INPUT, f"kubeconfig {kubeconfig}, context {context}: {exc}"
