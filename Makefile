@@ -56,7 +56,7 @@ lock: $(STAMP)
 		--custom-compile-command 'make lock' $(LOCK_FLAGS) --output-file $(LOCK) pyproject.toml
 
 crd: $(STAMP)
-	$(VENV)/bin/specdeploy crd -o crds/specdeploy.io_speculativedeployments.yaml
+	$(VENV)/bin/specdeploy crd --output-file crds/specdeploy.io_speculativedeployments.yaml
 	cp crds/specdeploy.io_speculativedeployments.yaml charts/specdeploy/files/
 
 clean:

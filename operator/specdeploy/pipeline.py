@@ -26,6 +26,8 @@ SecretReader = Callable[[str, str, str], bytes | None]
 CONFIG_MAP_FIELD = "spec.pairing.metadataConfigMap"
 # The Schedulable reason of a multi-node plan in a cluster without LeaderWorkerSet.
 LWS_MISSING = "LeaderWorkerSetNotInstalled"
+# The blocking reason of a pair that failed a check.
+PAIRING_FAILED = "PairingFailed"
 TOKEN_FIELD = "spec.modelAccess.tokenSecretRef"
 DEFAULT_TOKEN_FIELD = "the operator's default hub token Secret (--default-token-secret)"
 ENDPOINT_FIELD = "spec.modelAccess.endpoint"
@@ -199,7 +201,7 @@ def _verified_pair(
     progress.fields["pairing"] = report.to_status()
     progress.condition(api.PAIRING_VERIFIED, report.verified, report.reason, report.message)
     if report.verified == "False":
-        progress.block("PairingFailed", report.message)
+        progress.block(PAIRING_FAILED, report.message)
     return resolved
 
 

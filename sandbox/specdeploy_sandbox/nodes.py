@@ -172,8 +172,8 @@ def parse_node_groups(text: str, engine_nodes: int | None = None) -> list[NodeSp
 def default_nodes_text() -> str:
     """The default cluster: the operator's offline GPU groups, then the sandbox's own groups.
 
-    The GPU groups come from the product's offline cluster so that ``specdeploy plan`` without
-    ``--gpus`` plans against the very nodes ``sandbox up`` starts.
+    The GPU groups come from the product's offline cluster so that ``specdeploy plan --offline``
+    plans against the very nodes ``sandbox up`` starts.
     """
     packaged = resources.files("specdeploy_sandbox").joinpath("data", DEFAULT_NODES_FILE)
     own = yaml.safe_load(packaged.read_text())

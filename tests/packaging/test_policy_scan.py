@@ -52,7 +52,10 @@ def _render(scanned: Path, helm_binary: str) -> Path:
     (scanned / "chart.yaml").write_text(chart.stdout)
     for example in EXAMPLES:
         engine = subprocess.run(
-            [sys.executable, "-m", "specdeploy", "render", "-f", str(example), "-n", ENGINE_NAMESPACE],
+            [
+                sys.executable, "-m", "specdeploy", "render", "-f", str(example), "-n", ENGINE_NAMESPACE,
+                "--offline",
+            ],
             capture_output=True, text=True, timeout=120, check=True,
         )  # fmt: skip
         (scanned / example.name).write_text(engine.stdout)

@@ -21,7 +21,9 @@ def _spec_schema() -> dict[str, Any]:
 
 
 def test_checked_in_crd_matches_the_models() -> None:
-    assert CHECKED_IN.read_text() == render_yaml(), "run `specdeploy crd -o crds/...` (make crd) and commit"
+    assert CHECKED_IN.read_text() == render_yaml(), (
+        "run `specdeploy crd --output-file crds/...` (make crd) and commit"
+    )
 
 
 def test_crd_command_prints_the_same_document(capsys: Any) -> None:

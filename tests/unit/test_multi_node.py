@@ -34,7 +34,7 @@ def plan_of(the_spec: api.SpeculativeDeploymentSpec, verifier: Any, gpus: str = 
 def plan_json(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], gpus: str, **changes: Any
 ) -> tuple[int, dict[str, Any]]:
-    """``specdeploy plan -o json`` of the 405B example with ``changes`` merged into its spec."""
+    """``.plan`` of ``specdeploy plan -o json`` of the 405B example with ``changes`` merged into its spec."""
     document = yaml.safe_load(EXAMPLE_405B.read_text())
     for key, value in changes.items():
         document["spec"][key] = {**document["spec"].get(key, {}), **value}
@@ -42,7 +42,7 @@ def plan_json(
     path.write_text(yaml.safe_dump(document))
     code = main(["plan", "-f", str(path), "--gpus", gpus, "-o", "json"])
     out = capsys.readouterr().out
-    return code, json.loads(out) if out else {}
+    return code, json.loads(out)["plan"] or {}
 
 
 # --- the 405B example: 2 nodes in bf16, 1 in FP8, on 8 x H100 80GB nodes ---------------------

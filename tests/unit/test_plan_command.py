@@ -47,7 +47,13 @@ def test_plan_text_shows_plan_and_alternatives(tmp_path: Path, capsys: pytest.Ca
 
 def test_plan_json_is_status_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "-f", str(write_cr(tmp_path, QWEN_MOE)), "--output", "json"]) == 0
-    plan = json.loads(capsys.readouterr().out)
+    result = json.loads(capsys.readouterr().out)
+    assert (result["name"], result["reason"], result["inventory"]) == (
+        "pair",
+        "Planned",
+        {"source": "offline"},
+    )
+    plan = result["plan"]
     assert plan["tensorParallelSize"] == 1 and plan["gpuProduct"] == "NVIDIA-H100-80GB-HBM3"
     assert plan["speculatorWeightsGiB"] > 0  # the catalog's recommended vLLM speculator was planned in
     assert api.Plan.model_validate(plan).model_dump(by_alias=True, exclude_none=True) == plan
@@ -55,7 +61,9 @@ def test_plan_json_is_status_plan(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 def test_plan_with_hypothetical_gpus(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "-f", str(write_cr(tmp_path, QWEN_MOE)), "--gpus", "l4:4", "-o", "json"]) == 0
-    plan = json.loads(capsys.readouterr().out)
+    result = json.loads(capsys.readouterr().out)
+    assert result["inventory"] == {"source": "gpus", "gpus": "l4:4"}
+    plan = result["plan"]
     assert (plan["tensorParallelSize"], plan["gpuProduct"]) == (4, "NVIDIA-L4")
 
 
@@ -67,7 +75,7 @@ def test_sglang_seed_at_tp_8(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         "parallelism": {"tensor": 8},
     }
     assert main(["plan", "-f", str(write_cr(tmp_path, spec)), "-o", "json"]) == 0
-    assert json.loads(capsys.readouterr().out)["tensorParallelSize"] == 8
+    assert json.loads(capsys.readouterr().out)["plan"]["tensorParallelSize"] == 8
 
 
 def test_nothing_fits_exits_1_and_says_what_would(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -78,13 +86,16 @@ def test_nothing_fits_exits_1_and_says_what_would(tmp_path: Path, capsys: pytest
     assert "needs 2 x >= 38 GiB GPUs on one node; largest allocatable: 1 x A100 40GB" in out
 
 
-def test_nothing_fits_json_prints_nothing_on_stdout(
+def test_nothing_fits_json_has_no_plan_and_says_why(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cr = write_cr(tmp_path, QWEN_MOE)
     assert main(["plan", "-f", str(cr), "--gpus", "a100-40gb:1", "-o", "json"]) == 1
     captured = capsys.readouterr()
-    assert captured.out == "" and "NoNodeFits" in captured.err
+    result = json.loads(captured.out)
+    assert (result["reason"], result["plan"]) == ("NoNodeFits", None)
+    assert "largest allocatable: 1 x A100 40GB" in result["message"]
+    assert "NoNodeFits" in captured.err
 
 
 def test_local_model_directories(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -95,7 +106,7 @@ def test_local_model_directories(tmp_path: Path, capsys: pytest.CaptureFixture[s
         (directories[role] / "config.json").write_text(json.dumps(metadata.config))
     spec = {role: {"model": str(path)} for role, path in directories.items()}
     assert main(["plan", "-f", str(write_cr(tmp_path, spec)), "-o", "json"]) == 0
-    plan = json.loads(capsys.readouterr().out)
+    plan = json.loads(capsys.readouterr().out)["plan"]
     # no safetensors next to the configs: weights are estimated from config.json
     assert plan["tensorParallelSize"] == 1 and plan["weightsGiB"] == pytest.approx(56.87, abs=0.01)
 

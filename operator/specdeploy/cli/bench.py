@@ -6,13 +6,14 @@ The options and the report; ``speedup.session`` runs it against the cluster.
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any
+
+from specdeploy.cli.results import add_output_flag, dump
 
 
 def _positive(text: str) -> int:
@@ -44,7 +45,7 @@ def register(subparsers: Any) -> None:
             "Job at every concurrency, and report throughput, TTFT, ITL, the speed-up and the "
             "acceptance measured during the run. Exit codes: 0 done, 2 bad input or unknown "
             "resource, 3 not Ready, 4 the baseline cannot run, 5 the load Job failed, 6 timed out, "
-            "130 interrupted; every case removes what the run started."
+            "130 interrupted (the shared codes of every verb); every case removes what the run started."
         ),
     )
     parser.add_argument("name", metavar="NAME", help="the SpeculativeDeployment")
@@ -69,7 +70,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--temperature", type=float, default=0.0, help="sampling temperature (default: 0, greedy)"
     )
-    parser.add_argument("--output", choices=("table", "json"), default="table", help="report format")
+    add_output_flag(parser, human="table")
     parser.add_argument("--plot", type=Path, metavar="FILE", help="write the plot here (.png, .svg, .pdf)")
     parser.add_argument(
         "--keep-baseline", action="store_true",
@@ -133,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
         except ResultsError as exc:
             raise BenchError(EXIT_LOAD, str(exc)) from exc
         body = session.report(comparison)
-        print(json.dumps(body, indent=2) if args.output == "json" else report.table(comparison), flush=True)
+        text = report.table(comparison) + "\n" if args.output == "table" else dump(body, args.output)
+        print(text, end="", flush=True)
         if args.plot is not None:
             from specdeploy.speedup.plot import plot
 

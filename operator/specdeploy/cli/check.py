@@ -1,15 +1,17 @@
 """`specdeploy check VERIFIER SPECULATOR`: the operator's pairing check, before any cluster exists.
 
 Exit 0 when compatible (warnings allowed), 1 when a check fails, 2 when a model cannot be resolved
-(argparse also exits 2 on bad usage).
+(argparse also exits 2 on bad usage): the shared codes of ``specdeploy.exitcodes``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import TYPE_CHECKING, Any
+
+from specdeploy.cli.results import add_output_flag, dump
+from specdeploy.exitcodes import ExitCode
 
 if TYPE_CHECKING:
     from specdeploy.modelinfo import ModelInfo
@@ -27,7 +29,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("verifier", metavar="VERIFIER", help="verifier model id or local directory")
     parser.add_argument("speculator", metavar="SPECULATOR", help="speculator model id or local directory")
     parser.add_argument("--engine", choices=("vllm", "sglang"), default="vllm", help="inference engine")
-    parser.add_argument("--output", choices=("text", "json"), default="text", help="output format")
+    add_output_flag(parser, human="text")
     parser.add_argument(
         "--revision-verifier", default=None, metavar="REV", help="verifier branch, tag or commit"
     )
@@ -57,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         default_endpoint()
     except HubEndpointError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.BAD_INPUT
     resolver = ModelResolver()
     try:
         verifier, speculator = (
@@ -70,16 +72,19 @@ def run(args: argparse.Namespace) -> int:
             )
         )
     except ModelUnavailable as exc:
-        if args.output == "json":
-            print(json.dumps({"error": exc.reason, "model": exc.model_id, "message": exc.message}, indent=2))
+        if args.output != "text":
+            print(
+                dump({"error": exc.reason, "model": exc.model_id, "message": exc.message}, args.output),
+                end="",
+            )
         else:
             print(f"error: {exc.reason}: {exc.message}", file=sys.stderr)
-        return 2
+        return ExitCode.BAD_INPUT
     report = check_pair(
         verifier, speculator, engine=args.engine, allow_verifier_mismatch=args.allow_verifier_mismatch
     )
     notes = _notes(verifier, speculator)
-    if args.output == "json":
+    if args.output != "text":
         document = {
             "verifier": report.verifier_id,
             "speculator": report.speculator_id,
@@ -92,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
             "sources": {"verifier": verifier.source, "speculator": speculator.source},
             "notes": notes,
         }
-        print(json.dumps(document, indent=2))
+        print(dump(document, args.output), end="")
     else:
         width = max(len(c.name) for c in report.checks)
         for c in report.checks:
@@ -100,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"PairingVerified={report.verified} ({report.reason}): {report.message}")
         for note in notes:
             print(f"note: {note}")
-    return 1 if report.verified == "False" else 0
+    return ExitCode.REFUSED if report.verified == "False" else ExitCode.OK
 
 
 def _notes(*models: ModelInfo) -> list[str]:

@@ -1,18 +1,18 @@
-"""``specdeploy plan -f cr.yaml``: the GPU plan the operator would choose, offline.
+"""``specdeploy plan -f cr.yaml``: the GPU plan the operator would choose.
 
-Runs the operator's planner (``specdeploy.planning.plan``) against a hypothetical inventory
-(``--gpus h100-80gb:8,l4:4``), a real cluster's nodes (``--kubeconfig``) or, by default, the
-offline cluster (``planning.offline``: 2 x 8 H100, 1 x 8 A100 40GB, 2 x 4 L4). The models are
-resolved exactly as the operator resolves them (``specdeploy.pairing``: catalog shorthands, local
-directories, the Hub). Exit 0 when a plan fits, 1 when nothing fits (the message says what would),
-2 on bad input (unreadable file, invalid spec or --gpus, invalid tensor size, unknown GPU product,
-models whose metadata cannot be found).
+Runs the operator's planner (``specdeploy.planning.plan``) against the current kubeconfig's
+cluster, or a hypothetical inventory (``--gpus h100-80gb:8,l4:4``), another cluster's nodes
+(``--kubeconfig``) or the offline cluster (``--offline``, and the default without a kubeconfig:
+2 x 8 H100, 1 x 8 A100 40GB, 2 x 4 L4). The models are resolved exactly as the operator resolves
+them (``specdeploy.pairing``: catalog shorthands, local directories, the Hub). Exit 0 when a plan
+fits, 1 when nothing fits (the message says what would), 2 on bad input (unreadable file, invalid
+spec or --gpus, invalid tensor size, unknown GPU product, models whose metadata cannot be found),
+7 when the cluster cannot be reached.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,11 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from specdeploy.cli.inventory import ChosenInventory, InventoryUnavailable, add_inventory_flags, choose
+from specdeploy.cli.results import add_output_flag, dump, exit_code
+from specdeploy.exitcodes import ExitCode
+
 if TYPE_CHECKING:
     from specdeploy import api
-    from specdeploy.planning import Inventory, PlanOutcome
+    from specdeploy.planning import PlanOutcome
 
-EXIT_FITS, EXIT_NO_FIT, EXIT_BAD_INPUT = 0, 1, 2
 WEIGHTS_SOURCES = {
     "metadata": "weights size from the model's metadata (safetensors total)",
     "config": "weights estimated from config.json",
@@ -38,18 +41,13 @@ class PlanInputError(ValueError):
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "plan",
-        help="show the GPU plan (tensor-parallel size, GPU product) for a resource, offline",
+        help="show the GPU plan (tensor-parallel size, GPU product) for a resource",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("-f", "--filename", required=True, type=Path, help="SpeculativeDeployment YAML")
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument(
-        "--gpus",
-        help="hypothetical inventory: ALIAS:GPUS[xNODES],... e.g. h100-80gb:8,l4:4 (GPUs per node)",
-    )
-    source.add_argument("--kubeconfig", type=Path, help="plan against the GPU nodes of this cluster")
-    parser.add_argument("-o", "--output", choices=("text", "json"), default="text", help="output format")
+    add_inventory_flags(parser)
+    add_output_flag(parser, human="text")
     parser.set_defaults(func=run)
 
 
@@ -78,28 +76,11 @@ def load_specs(path: Path) -> list[tuple[str, api.SpeculativeDeploymentSpec]]:
     return found
 
 
-def cluster_inventory(kubeconfig: Path) -> Inventory:
-    """The GPU inventory of the cluster ``kubeconfig`` points at (raw Node JSON, camelCase)."""
-    from kubernetes import client, config
-    from kubernetes.client.exceptions import ApiException
-    from kubernetes.config.config_exception import ConfigException
-
-    from specdeploy.planning import inventory_from_nodes
-
-    try:
-        api_client = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
-        response: Any = client.CoreV1Api(api_client).list_node(_preload_content=False)
-        items: list[dict[str, Any]] = json.loads(response.data)["items"]
-    except (OSError, ValueError, ApiException, ConfigException) as exc:
-        raise PlanInputError(f"cannot list the nodes of the cluster in {kubeconfig}: {exc}") from exc
-    return inventory_from_nodes(items)
-
-
 def _plan_dict(outcome: PlanOutcome) -> dict[str, Any] | None:
     return outcome.plan.model_dump(by_alias=True, exclude_none=True) if outcome.plan else None
 
 
-def render_text(name: str, outcome: PlanOutcome, inventory: Inventory, notes: Sequence[str] = ()) -> str:
+def render_text(name: str, outcome: PlanOutcome, chosen: ChosenInventory, notes: Sequence[str] = ()) -> str:
     """The plan (or why nothing fits), how the pair was chosen, the inventory and the alternatives."""
     from specdeploy.planning.gpus import display_name
 
@@ -120,7 +101,8 @@ def render_text(name: str, outcome: PlanOutcome, inventory: Inventory, notes: Se
         )
     if notes:
         lines += ["", "Pair:", *(f"  {note}" for note in notes)]
-    lines += ["", "GPU inventory:", *(f"  {line}" for line in inventory.describe().splitlines())]
+    inventory = chosen.inventory.describe().splitlines()
+    lines += ["", f"GPU inventory ({chosen.label()}):", *(f"  {line}" for line in inventory)]
     if outcome.alternatives:
         rows = [
             (
@@ -145,45 +127,54 @@ def run(args: argparse.Namespace) -> int:
     from specdeploy import pairing, planning
     from specdeploy.modelinfo import ModelResolver, ModelUnavailable
     from specdeploy.modelinfo.hub import HubEndpointError, default_endpoint
-    from specdeploy.planning.offline import offline_inventory
 
     try:
         default_endpoint()
         specs = load_specs(args.filename)
-        if args.gpus:
-            inventory = planning.parse_gpus_flag(args.gpus)
-        elif args.kubeconfig:
-            inventory = cluster_inventory(args.kubeconfig)
-        else:
-            inventory = offline_inventory()
-    except (PlanInputError, planning.GpuInventoryError, HubEndpointError) as exc:
+    except (PlanInputError, HubEndpointError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return ExitCode.BAD_INPUT
+    try:
+        chosen = choose(args)
+    except InventoryUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.code
 
     resolver = ModelResolver()
-    status = EXIT_FITS
-    plans: list[dict[str, Any] | None] = []
+    status = ExitCode.OK
+    documents: list[dict[str, Any]] = []
     texts: list[str] = []
     for name, spec in specs:
         try:
             resolved = pairing.resolve_pair(spec, resolver)
         except (pairing.PairingError, ModelUnavailable) as exc:
             print(f"error: {name or args.filename}: {exc}", file=sys.stderr)
-            status = max(status, EXIT_BAD_INPUT)
+            status = max(status, ExitCode.BAD_INPUT)
+            documents.append(_document(name, chosen, exc.reason, str(exc), None))
             continue
         effective = pairing.effective_spec(spec, resolved)
-        outcome = planning.plan(effective, resolved.verifier, resolved.speculator, inventory)
+        outcome = planning.plan(effective, resolved.verifier, resolved.speculator, chosen.inventory)
         if not outcome.fits:
-            code = EXIT_NO_FIT if outcome.reason is planning.Reason.NO_NODE_FITS else EXIT_BAD_INPUT
-            status = max(status, code)
-            if args.output == "json":
+            status = max(status, exit_code(outcome.reason))
+            if args.output != "text":
                 print(f"error: {name or args.filename}: {outcome.reason}: {outcome.message}", file=sys.stderr)
-        plans.append(_plan_dict(outcome))
-        texts.append(render_text(name, outcome, inventory, resolved.notes))
-    if args.output == "json":
-        fitting = [p for p in plans if p is not None]
-        if fitting:
-            print(json.dumps(fitting[0] if len(specs) == 1 else plans, indent=2))
+        documents.append(_document(name, chosen, outcome.reason, outcome.message, _plan_dict(outcome)))
+        texts.append(render_text(name, outcome, chosen, resolved.notes))
+    if args.output != "text":
+        print(dump(documents[0] if len(documents) == 1 else documents, args.output), end="")
     elif texts:
         print("\n\n".join(texts))
     return status
+
+
+def _document(
+    name: str, chosen: ChosenInventory, reason: str, message: str, plan: dict[str, Any] | None
+) -> dict[str, Any]:
+    """One resource's result: ``plan`` is exactly what ``status.plan`` will hold (null: no plan)."""
+    return {
+        "name": name,
+        "inventory": chosen.document(),
+        "reason": str(reason),
+        "message": message,
+        "plan": plan,
+    }

@@ -1,4 +1,5 @@
-"""The cluster offline planning assumes: what ``plan`` and ``render`` plan against without ``--gpus``.
+"""The cluster offline planning assumes: what ``plan`` and ``render`` plan against with ``--offline``
+(and without a kubeconfig).
 
 Kept as product data (data/offline-cluster.yaml) rather than in the local sandbox, so the
 operator's own commands never need the sandbox installed; the sandbox reads the same groups to

@@ -24,17 +24,18 @@ from specdeploy import api, children, engines
 from specdeploy.children.labels import owner_reference
 from specdeploy.controller.kube import KubeClient
 from specdeploy.controller.pods import pod_failure, project, serving
+from specdeploy.exitcodes import ExitCode
 from specdeploy.planning.gpus import PRODUCT_LABEL
 from specdeploy.speedup import manifests
 from specdeploy.speedup.load import Load, command, plan
 from specdeploy.speedup.results import Comparison
 
-EXIT_USAGE = 2
-EXIT_NOT_READY = 3
-EXIT_BASELINE = 4
-EXIT_LOAD = 5
-EXIT_TIMEOUT = 6
-EXIT_INTERRUPTED = 130
+EXIT_USAGE = ExitCode.BAD_INPUT
+EXIT_NOT_READY = ExitCode.NOT_READY
+EXIT_BASELINE = ExitCode.BASELINE_FAILED
+EXIT_LOAD = ExitCode.LOAD_FAILED
+EXIT_TIMEOUT = ExitCode.TIMED_OUT
+EXIT_INTERRUPTED = ExitCode.INTERRUPTED
 POLL_S = 2.0
 PROGRESS_S = 30.0
 T = TypeVar("T")
