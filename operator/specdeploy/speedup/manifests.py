@@ -30,6 +30,8 @@ OWN_LABELS = frozenset(
      "app.kubernetes.io/component"}
 )  # fmt: skip
 LOAD_CONTAINER = "load"
+# What the load Job asks of the engines' node: ``vllm bench serve`` is one Python process.
+LOAD_REQUESTS = {"cpu": "1", "memory": "2Gi"}
 DNS_LABEL_MAX = 63
 # A run Job past its deadline (its CLI was killed) is deleted this soon after, and with it the
 # baseline holding GPUs; a run that ends normally is deleted by the CLI at once.
@@ -204,7 +206,7 @@ def load_job(
         "name": LOAD_CONTAINER,
         "image": image,
         "command": argv,
-        "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
+        "resources": {"requests": dict(LOAD_REQUESTS)},
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if env:
