@@ -172,6 +172,21 @@ def test_load_job_is_placed_like_the_engines_without_their_gpus() -> None:
     assert job["metadata"]["ownerReferences"] == [manifests.job_owner(RUN)]
 
 
+def test_load_job_sends_the_engines_api_key_from_the_same_secret() -> None:
+    """``vllm bench serve`` sends OPENAI_API_KEY as its bearer token; the driver's /health and
+    /metrics reads need none (neither engine guards them)."""
+    speculative = _golden("qwen3-30b-a3b-instruct-2507-eagle3", "Deployment")
+    key = {"secretKeyRef": {"name": "engine-key", "key": "apiKey"}}
+    _engine_container(speculative)["env"] = [{"name": "VLLM_API_KEY", "valueFrom": key}]
+    job = manifests.load_job(speculative, "q", manifests.job_owner(RUN), "img", ["python3"], 600)
+    assert job["spec"]["template"]["spec"]["containers"][0]["env"] == [
+        {"name": "OPENAI_API_KEY", "valueFrom": key}
+    ]
+    _engine_container(speculative)["env"] = []
+    job = manifests.load_job(speculative, "q", manifests.job_owner(RUN), "img", ["python3"], 600)
+    assert "env" not in job["spec"]["template"]["spec"]["containers"][0]
+
+
 LOAD = load.Load(concurrencies=(1, 4), prompts=8, input_len=32, output_len=64, seed=7)
 
 

@@ -18,7 +18,14 @@ from specdeploy.api.base import (
     ApiModel,
     EngineName,
 )
-from specdeploy.api.engine_spec import Engine, EnvVar, SglangOptions, VllmKvCacheDtype, VllmOptions
+from specdeploy.api.engine_spec import (
+    ApiKeySecretRef,
+    Engine,
+    EnvVar,
+    SglangOptions,
+    VllmKvCacheDtype,
+    VllmOptions,
+)
 from specdeploy.api.pod_spec import Lifecycle, PodMetadata, Resources, Scheduling, Security, Toleration
 from specdeploy.api.spec import (
     AcceptancePolicy,
@@ -72,6 +79,7 @@ __all__ = [
     "VERSION",
     "Acceptance",
     "AcceptancePolicy",
+    "ApiKeySecretRef",
     "ApiModel",
     "CheckResult",
     "Condition",

@@ -36,8 +36,9 @@ ENGINE_SECURITY_CONTEXT: dict[str, Any] = {
 
 
 def _env(spec: api.SpeculativeDeploymentSpec, launch: EngineLaunch) -> list[dict[str, Any]]:
-    """Hub access (token, endpoint, offline) then ``engine.env``. The endpoint is the resource's,
-    else the operator-wide default, so engines download from the mirror the operator looked in."""
+    """Hub access (token, endpoint, offline) then the launch's (the API key, ``engine.env``). The
+    endpoint is the resource's, else the operator-wide default, so engines download from the
+    mirror the operator looked in."""
     access = spec.model_access
     env: list[dict[str, Any]] = []
     if access.token_secret_ref is not None:
