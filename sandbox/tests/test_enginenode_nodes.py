@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from specdeploy import api
+from specdeploy.children.sizing import pod_sizing
 from specdeploy.planning import inventory_from_nodes
 from specdeploy.planning.offline import offline_inventory
+from specdeploy.speedup import manifests
 from specdeploy_sandbox import cluster, control_plane, nodes
 
 ENGINE_GROUP = """
@@ -57,9 +60,18 @@ def test_engine_node_manifest_has_no_kwok_annotation_and_names_its_kubelet() -> 
 def test_default_cluster_has_one_engine_node_left_out_of_offline_planning() -> None:
     [engine] = [spec for spec in nodes.load_node_specs() if spec.engine]
     assert engine.name == "engine-0"
-    assert engine.gpu == nodes.GpuSpec("SANDBOX-CPU", 2, 4096)
-    # Declared room for the derived requests of one engine pod per slot (4 CPUs, 8Gi each).
-    assert (engine.cpu, engine.memory) == ("8", "32Gi")
+    assert engine.gpu == nodes.GpuSpec("SANDBOX-CPU", 3, 4096)
+    # Declared room for the derived requests of one engine pod per slot (4 CPUs, 8Gi each) and a
+    # benchmark's load Job beside them: `specdeploy bench` runs on the demo's own sandbox (a pair,
+    # its baseline and the load; or two pairs, as the end-to-end tests run them).
+    assert (engine.cpu, engine.memory) == ("16", "64Gi")
+    tiny = pod_sizing(
+        api.Plan(tensor_parallel_size=1, gpus_per_replica=1, weights_gib=0.01, speculator_weights_gib=0)
+    )
+    load = manifests.LOAD_REQUESTS
+    assert 3 * int(tiny.cpu) + int(load["cpu"]) <= int(engine.cpu)
+    gib = [int(size.removesuffix("Gi")) for size in (tiny.memory, load["memory"], engine.memory)]
+    assert 3 * gib[0] + gib[1] <= gib[2]
     # Offline planning (the product's offline cluster) sees the sandbox's GPU nodes, not its engine node.
     kwok_gpu_nodes = [nodes.node_manifest(s) for s in nodes.load_node_specs() if s.gpu and not s.engine]
     assert inventory_from_nodes(kwok_gpu_nodes) == offline_inventory()

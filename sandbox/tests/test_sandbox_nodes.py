@@ -22,7 +22,7 @@ def test_default_cluster_has_the_documented_gpu_nodes() -> None:
         "NVIDIA-H100-80GB-HBM3": (8, 81559),
         "NVIDIA-A100-SXM4-40GB": (8, 40960),
         "NVIDIA-L4": (4, 23034),
-        "SANDBOX-CPU": (2, 4096),
+        "SANDBOX-CPU": (3, 4096),
     }
     assert [s.name for s in specs if s.group == "h100"] == ["h100-0", "h100-1"]
     assert [s.name for s in specs if s.engine] == ["engine-0"]

@@ -69,6 +69,7 @@ def _vllm(top: argparse.ArgumentParser, argv: list[str]) -> dict[str, Any]:
             "node_rank": values.get("node_rank"),
             "master_addr": values.get("master_addr"),
             "headless": values.get("headless"),
+            "api_key": values.get("api_key"),
         }
     return result
 
@@ -164,6 +165,7 @@ def _sglang(parser: argparse.ArgumentParser, argv: list[str]) -> dict[str, Any]:
             "nnodes",
             "node_rank",
             "dist_init_addr",
+            "api_key",
         )
     }
     try:

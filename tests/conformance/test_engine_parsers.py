@@ -62,6 +62,10 @@ EVERY_OPTION: dict[str, Any] = {
 # the leader's command carries its rank literally).
 LWS_ENV = {"$(LWS_LEADER_ADDRESS)": "llama-405b-0.llama-405b.default", "$(LWS_WORKER_INDEX)": "1"}
 LEADER_HOST = LWS_ENV["$(LWS_LEADER_ADDRESS)"]
+# What the engine container's environment holds from spec.engine.apiKeySecretRef: SGLang's
+# command refers to it (vLLM reads VLLM_API_KEY itself).
+API_KEY = "sk-conformance"
+POD_ENV = {**LWS_ENV, f"$({sglang.API_KEY_ENV})": API_KEY}
 
 VALID: dict[str, dict[str, dict[str, Any]]] = {
     "vllm": {
@@ -72,6 +76,7 @@ VALID: dict[str, dict[str, dict[str, Any]]] = {
             "engine": {
                 "vllm": {"enableExpertParallel": True, "kvCacheDtype": "fp8"},
                 "args": ["--max-num-seqs", "64", "--enable-prefix-caching"],
+                "apiKeySecretRef": {"name": "engine-key"},
             },
         },
     },
@@ -86,6 +91,7 @@ VALID: dict[str, dict[str, dict[str, Any]]] = {
                 "name": "sglang",
                 "sglang": {"numSteps": 6, "eagleTopk": 4, "numDraftTokens": 16, "memFractionStatic": 0.7},
                 "args": ["--max-running-requests", "32", "--chunked-prefill-size", "4096"],
+                "apiKeySecretRef": {"name": "engine-key"},
             },
         },
     },
@@ -100,7 +106,7 @@ def spec_of(raw: dict[str, Any], engine: str) -> api.SpeculativeDeploymentSpec:
 
 def expand(argv: list[str]) -> list[str]:
     """``argv`` as the container runs it: the $(VAR) references Kubernetes expands, expanded."""
-    for reference, value in LWS_ENV.items():
+    for reference, value in POD_ENV.items():
         argv = [arg.replace(reference, value) for arg in argv]
     return argv
 
@@ -212,6 +218,7 @@ def test_vllm_reads_what_was_meant(parse_all: ParseAll) -> None:
         assert values["served_model_name"] == expected_name, name
         assert values["pipeline_parallel_size"] == engines_base.pipeline_parallel_size(spec), name
         assert values["headless"] is False, name
+        assert values["api_key"] is None, name  # the key comes from VLLM_API_KEY, never argv
 
 
 def test_vllm_multi_node_commands_read_as_one_group(parse_all: ParseAll) -> None:
@@ -276,6 +283,7 @@ def test_sglang_reads_what_was_meant(parse_all: ParseAll) -> None:
         assert values["served_model_name"] == spec.served_model_name, name
         assert values["enable_metrics"] is True, name
         assert values["pp_size"] == 1, name
+        assert values["api_key"] == (API_KEY if spec.engine.api_key_secret_ref else None), name
 
 
 def test_sglang_multi_node_commands_read_as_one_group(parse_all: ParseAll) -> None:

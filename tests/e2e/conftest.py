@@ -2,9 +2,10 @@
 pointed at that hub, and two tiny pairs: shared by every end-to-end test, so each real engine
 loads once per session (a load costs 90-130 s of this machine's 2 cores).
 
-- The node has three slots: the two pairs side by side, and a third for a benchmark's baseline
-  or a test's own short-lived engine. It sits beside the default simulated GPU nodes, which the
-  demo's seed example needs.
+- The sandbox is the one ``specdeploy demo`` starts (``DEMO``: the packaged default nodes). Its
+  engine node has three slots: the two pairs side by side, and a third for a benchmark's baseline
+  or a test's own short-lived engine, with room for a benchmark's load Job. It sits beside the
+  default simulated GPU nodes, which the demo's seed example needs.
 - The operator is registered as the sandbox's own, as ``specdeploy demo`` starts it, so the demo
   test (last) finds the sandbox, the operator and the tiny example running, and ends it all with
   ``sandbox down``. It reads engine metrics every 5 s, so acceptance tests see a verdict within
@@ -26,7 +27,7 @@ from specdeploy_sandbox import operator_process
 from specdeploy_sandbox.cluster import Sandbox
 from specdeploy_sandbox.operator_process import LocalOperator
 from support.kube import Kubectl, WaitFor, install_crd
-from support.sandboxes import ENGINES, running
+from support.sandboxes import DEMO, running
 
 READ_INTERVAL_S = 5
 # Test ids (or module prefixes of them) in the order they run; the rest of the suite keeps its
@@ -59,7 +60,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="package")
 def engine_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
-    with running(ENGINES, tmp_path_factory.mktemp("engine-sandbox"), f"e2e-engine-{os.getpid()}") as sandbox:
+    with running(DEMO, tmp_path_factory.mktemp("engine-sandbox"), f"e2e-engine-{os.getpid()}") as sandbox:
         yield sandbox
 
 

@@ -20,6 +20,7 @@ import pytest
 from enginelib import (
     ALL,
     ENGINE_READY_S,
+    KEYS,
     NONE,
     NS,
     PAIRS,
@@ -128,9 +129,10 @@ def test_idle_engines_stay_unknown_and_cost_no_writes(
 def test_traffic_gives_each_pair_its_verdict(
     engines: dict[str, Any], engine_operator: LocalOperator, k: Kubectl, wait: WaitFor
 ) -> None:
-    for ip in engines["ips"].values():
+    # The accept-none engine requires its API key; the operator reads its /metrics without one.
+    for name, ip in engines["ips"].items():
         for _ in range(REQUESTS):
-            assert complete(ip, MODEL, TOKENS) == TOKENS
+            assert complete(ip, MODEL, TOKENS, api_key=KEYS.get(name)) == TOKENS
 
     body = wait(lambda: sdep_when(k, ALL, EFFECTIVE, "True"), VERDICT_S, "accept-all to be effective")
     figures = body["status"]["acceptance"]

@@ -5,15 +5,18 @@ the load is ``vllm bench serve`` in a Job on that node.
 
 The tests run in file order on the session's shared pairs: refusals first, then the accept-all
 pair (its baseline started and kept by a short run first, so the engine's load falls outside the
-measured run, which runs alone on the machine), the accept-none pair (measured against that
-baseline: one verifier, one baseline), the two load failures (reusing it, then removing it), then
-an interrupted run, a killed one and a baseline that cannot be scheduled.
+measured run, which runs alone on the machine), a load image that cannot be pulled (reusing it),
+README's own command (reusing it, then removing it), the accept-none pair, which requires an API
+key (measured against a baseline of its own, kept), a load Job that fails (reusing that one, then
+removing it), then an interrupted run, a killed one and a baseline that cannot be scheduled.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -23,13 +26,14 @@ from typing import Any
 
 import pytest
 
-from enginelib import ALL, NONE, NS, resource, sdep_when
+from enginelib import ALL, API_KEY_SECRET, NONE, NS, resource, sdep_when
 from specdeploy.speedup import manifests
 from specdeploy.speedup import session as bench
 from specdeploy_sandbox import tiny_models
 from specdeploy_sandbox.cluster import Sandbox
 from specdeploy_sandbox.operator_process import LocalOperator
 from support.kube import Kubectl, WaitFor, condition, events, get
+from support.paths import REPO
 
 # Each level runs for a few seconds: with 8 requests a run lasts about a second, and one pause of
 # the 2-core machine in it can erase a 3x speed-up. The two measured runs whose speed-ups are
@@ -198,30 +202,6 @@ def test_the_accept_all_pair_pays(
     _nothing_left(k, wait, ALL, kept=(baseline,))
 
 
-@pytest.mark.quiet_machine
-def test_the_accept_none_pair_does_not_pay(
-    pairs: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor
-) -> None:
-    """Measured against the accept-all pair's kept baseline: the same verifier without a draft."""
-    done = _bench(engine_sandbox, NONE, *MEASURED_LOAD, "--output", "json")
-    body = _measured(done)
-    shared = manifests.baseline_name(ALL)
-    assert f"reusing the kept baseline {NS}/{shared} of {ALL}" in done.stderr
-    assert body["baseline"] == {"name": shared, "kept": True}
-    levels = {level["concurrency"]: level for level in body["results"]}
-    assert levels[1]["speedup"] <= 1.1, _figures(levels[1])
-    assert levels[1]["speedup"] < MEASURED[ALL]["results"][0]["speedup"]
-    for level in levels.values():
-        assert (level["acceptance"]["rate"], level["acceptance"]["meanLength"]) == (0.0, 1.0)
-    if body["stopsPayingAbove"] == 0:
-        posted = wait(
-            lambda: events(k, NS, NONE, "SpeculationNotPaying"), 30, "the SpeculationNotPaying Event"
-        )
-        assert posted[0]["type"] == "Warning"
-    _nothing_left(k, wait, NONE)
-    assert get(k, NS, "deployment", shared)["metadata"]["ownerReferences"][0]["name"] == ALL
-
-
 def test_a_load_image_that_cannot_be_pulled_fails_fast(
     pairs: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor
 ) -> None:
@@ -234,15 +214,78 @@ def test_a_load_image_that_cannot_be_pulled_fails_fast(
     _nothing_left(k, wait, ALL, kept=(manifests.baseline_name(ALL),))
 
 
+README_BENCH = re.compile(r"^\.venv/bin/specdeploy bench (?P<args>[^#\n]+?)\s*$", re.MULTILINE)
+
+
+def test_readmes_bench_command_runs_on_the_demo_sandbox(
+    kept_baseline: str, engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor
+) -> None:
+    """README's command, parsed from README and run as written (no lengths, no namespace) on the
+    sandbox ``specdeploy demo`` starts: the default lengths shrink to the tiny pair's 512-token
+    context, and the baseline, the load Job and both engines fit the engine node. It measures
+    against the kept baseline (no engine loads again) and removes it, as a run without
+    --keep-baseline does."""
+    [args] = README_BENCH.findall((REPO / "README.md").read_text())
+    argv = shlex.split(args)
+    assert argv[0] == ALL
+    env = {**os.environ, "KUBECONFIG": str(engine_sandbox.kubeconfig)}
+    done = subprocess.run(
+        [sys.executable, "-m", "specdeploy", "bench", *argv],
+        capture_output=True, text=True, env=env, timeout=BENCH_TIMEOUT_S, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (
+        f"requests of 256+128 tokens: the defaults halved to fit the 512-token context of {ALL}"
+        in done.stderr
+    )
+    assert f"reusing the kept baseline {NS}/{kept_baseline}" in done.stderr
+    assert "SPEED-UP" in done.stdout and "1 (4 tokens/step)" in done.stdout, done.stdout
+    _nothing_left(k, wait, ALL)
+
+
+@pytest.mark.quiet_machine
+def test_the_accept_none_pair_does_not_pay(
+    pairs: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor
+) -> None:
+    """Measured against a baseline of its own, kept for the next test: the pair requires an API
+    key (``enginelib.KEYS``), so its baseline runs the same guarded verifier (not the accept-all
+    pair's open one), and the load Job sends the key from the same Secret."""
+    done = _bench(engine_sandbox, NONE, *MEASURED_LOAD, "--output", "json", "--keep-baseline")
+    body = _measured(done)
+    own = manifests.baseline_name(NONE)
+    assert f"starting the baseline {NS}/{own}" in done.stderr
+    assert body["baseline"] == {"name": own, "kept": True}
+    [engine] = get(k, NS, "deployment", own)["spec"]["template"]["spec"]["containers"]
+    assert {
+        "name": "VLLM_API_KEY",
+        "valueFrom": {"secretKeyRef": {"name": API_KEY_SECRET, "key": "apiKey"}},
+    } in (engine["env"])
+    levels = {level["concurrency"]: level for level in body["results"]}
+    assert levels[1]["speedup"] <= 1.1, _figures(levels[1])
+    assert levels[1]["speedup"] < MEASURED[ALL]["results"][0]["speedup"]
+    for level in levels.values():
+        assert (level["acceptance"]["rate"], level["acceptance"]["meanLength"]) == (0.0, 1.0)
+        for side in ("speculative", "baseline"):
+            assert (level[side]["completed"], level[side]["failed"]) == (MEASURED_PROMPTS, 0)
+    if body["stopsPayingAbove"] == 0:
+        posted = wait(
+            lambda: events(k, NS, NONE, "SpeculationNotPaying"), 30, "the SpeculationNotPaying Event"
+        )
+        assert posted[0]["type"] == "Warning"
+    _nothing_left(k, wait, NONE, kept=(own,))
+
+
 def test_a_load_job_that_fails_shows_its_log_and_removes_the_baseline(
     pairs: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor
 ) -> None:
-    """An image without vLLM: the driver starts, ``vllm`` is not there, the Job fails."""
-    done = _bench(engine_sandbox, ALL, *LOAD, "--load-image", "python:3.11-slim")
+    """An image without vLLM: the driver starts, ``vllm`` is not there, the Job fails. On the
+    accept-none pair's kept baseline, which a run without --keep-baseline takes over and removes."""
+    done = _bench(engine_sandbox, NONE, *LOAD, "--load-image", "python:3.11-slim")
     assert done.returncode == bench.EXIT_LOAD, done.stderr
+    assert f"reusing the kept baseline {NS}/{manifests.baseline_name(NONE)}" in done.stderr
     assert "the load Job failed; the end of its log:" in done.stderr
     assert "No such file or directory: 'vllm'" in done.stderr
-    _nothing_left(k, wait, ALL)
+    _nothing_left(k, wait, NONE)
 
 
 def _start_until_baseline(sandbox: Sandbox, k: Kubectl, wait: WaitFor, *argv: str) -> subprocess.Popen[str]:

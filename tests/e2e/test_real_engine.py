@@ -7,7 +7,9 @@ short-lived engine beside them, and the deletion test runs after every other use
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.error
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +19,13 @@ import yaml
 
 from enginelib import (
     ALL,
+    API_KEY,
+    API_KEY_SECRET,
     ENGINE_READY_S,
     NONE,
     NS,
     apply_pairs,
+    complete,
     engine_counters,
     health,
     pod_ready,
@@ -35,6 +40,7 @@ from specdeploy_sandbox.operator_process import LocalOperator
 from support.kube import Kubectl, WaitFor, condition, events, get
 
 GRACE_S = 60.0
+MODEL = "sandbox/tiny-qwen3"
 
 
 def _engine_processes(agent_pid: int) -> list[psutil.Process]:
@@ -99,6 +105,36 @@ def test_the_example_runs_real_vllm_with_speculative_decoding(
     accepted = counters["vllm:spec_decode_num_accepted_tokens_total"]
     assert accepted == counters["vllm:spec_decode_num_draft_tokens_total"]
     assert "Initializing a V1 LLM engine" in k("logs", "-n", NS, pod["metadata"]["name"])
+
+
+def test_an_api_key_guards_completions_but_not_probes_or_metrics(
+    pairs: dict[str, str], engine_operator: LocalOperator, k: Kubectl
+) -> None:
+    """The accept-none pair requires the key of its Secret: a completion without it (or with
+    another) gets 401, one with it a completion; /health and /metrics, which the probes and the
+    acceptance reader use, answer without it; and the key shows nowhere the operator writes."""
+    ip = pairs[NONE]
+    for sent in (None, "sk-wrong"):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            complete(ip, MODEL, 4, api_key=sent)
+        assert refused.value.code == 401, sent
+    assert complete(ip, MODEL, 4, api_key=API_KEY) == 4
+    assert health(ip) and engine_counters(ip)["vllm:spec_decode_num_drafts_total"] > 0
+    pod = pods(k, NONE)[0]
+    assert pod_ready(pod)
+    [engine] = [c for c in pod["spec"]["containers"] if c["name"] == "engine"]
+    assert {
+        "name": "VLLM_API_KEY",
+        "valueFrom": {"secretKeyRef": {"name": API_KEY_SECRET, "key": "apiKey"}},
+    } in (engine["env"])
+    body = get(k, NS, "sdep", NONE)
+    seen = [
+        json.dumps(body),
+        json.dumps(pod),
+        k("get", "-n", NS, "events", "-o", "json"),
+        engine_operator.log_tail(10_000),
+    ]
+    assert not [text for text in seen if API_KEY in text]
 
 
 def test_deleting_a_pair_stops_every_engine_process_within_the_grace_period(

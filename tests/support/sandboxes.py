@@ -7,53 +7,34 @@ it installs cluster-wide objects into) says why in its docstring.
 
 from __future__ import annotations
 
-import copy
 import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import yaml
-
-from specdeploy_sandbox import nodes
 from specdeploy_sandbox.cluster import Sandbox
 from support.kube import Cluster
 
 
 @dataclass(frozen=True)
 class Profile:
-    """The nodes of a sandbox: the packaged default groups, with the engine group's count replaced
-    (``engine_nodes``; 0: phantom pods only) and its fields updated (``engine_group``)."""
+    """The nodes of a sandbox: the packaged default node file, as ``specdeploy sandbox up`` and
+    ``specdeploy demo`` use it, with the engine group's count replaced (``engine_nodes``; 0:
+    phantom pods only; None: as packaged)."""
 
     engine_nodes: int | None = 0
-    engine_group: dict[str, Any] = field(default_factory=dict)
     timeout: float = 180.0
-
-    def node_file(self) -> dict[str, Any]:
-        document: dict[str, Any] = yaml.safe_load(nodes.default_nodes_text())
-        for group in document["nodeGroups"]:
-            if group.get("engine"):
-                group.update(copy.deepcopy(self.engine_group))
-        return document
 
 
 # Every pod a phantom (KWOK): the integration suites.
 PLAIN = Profile()
-# The default GPU nodes plus one engine node with three slots, for real engines side by side: two
-# tiny pairs and a benchmark's baseline (4 CPUs and 8Gi each, as the operator derives them, and a
-# load Job of 1 CPU and 2Gi). Each real engine uses about 4.2 GiB of this machine.
-ENGINES = Profile(
-    engine_nodes=None,
-    engine_group={
-        "cpu": "16",
-        "memory": "64Gi",
-        "gpu": {"product": "SANDBOX-CPU", "count": 3, "memoryMiB": 4096},
-    },
-    timeout=300.0,
-)
+# Exactly the sandbox ``specdeploy demo`` (``make demo``) starts: the default GPU nodes and the
+# packaged engine node, whose three slots hold the two tiny pairs side by side and a benchmark's
+# baseline, with room for the load Job (sandbox-nodes.yaml). Each real engine uses about 4.2 GiB
+# of this machine.
+DEMO = Profile(engine_nodes=None, timeout=300.0)
 
 
 @contextmanager
@@ -61,12 +42,9 @@ def running(profile: Profile, root: Path, name: str) -> Iterator[Sandbox]:
     """A sandbox of ``profile`` under ``root`` for the block's duration: stopped even when the
     block fails, and by its watchdog if this process dies."""
     root.mkdir(parents=True, exist_ok=True)
-    node_file = root / "nodes.yaml"
-    node_file.write_text(yaml.safe_dump(profile.node_file()))
     sandbox = Sandbox(name, root)
     try:
         sandbox.up(
-            nodes_file=node_file,
             owner_pid=os.getpid(),
             engine_nodes=profile.engine_nodes,
             timeout=profile.timeout,

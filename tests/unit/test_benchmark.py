@@ -172,7 +172,48 @@ def test_load_job_is_placed_like_the_engines_without_their_gpus() -> None:
     assert job["metadata"]["ownerReferences"] == [manifests.job_owner(RUN)]
 
 
+def test_load_job_sends_the_engines_api_key_from_the_same_secret() -> None:
+    """``vllm bench serve`` sends OPENAI_API_KEY as its bearer token; the driver's /health and
+    /metrics reads need none (neither engine guards them)."""
+    speculative = _golden("qwen3-30b-a3b-instruct-2507-eagle3", "Deployment")
+    key = {"secretKeyRef": {"name": "engine-key", "key": "apiKey"}}
+    _engine_container(speculative)["env"] = [{"name": "VLLM_API_KEY", "valueFrom": key}]
+    job = manifests.load_job(speculative, "q", manifests.job_owner(RUN), "img", ["python3"], 600)
+    assert job["spec"]["template"]["spec"]["containers"][0]["env"] == [
+        {"name": "OPENAI_API_KEY", "valueFrom": key}
+    ]
+    _engine_container(speculative)["env"] = []
+    job = manifests.load_job(speculative, "q", manifests.job_owner(RUN), "img", ["python3"], 600)
+    assert "env" not in job["spec"]["template"]["spec"]["containers"][0]
+
+
 LOAD = load.Load(concurrencies=(1, 4), prompts=8, input_len=32, output_len=64, seed=7)
+
+
+@pytest.mark.parametrize(
+    ("given", "context", "fitted"),
+    [
+        ((None, None), None, (512, 256)),  # context unknown: the defaults
+        ((None, None), 4096, (512, 256)),
+        ((None, None), 768, (512, 256)),
+        ((None, None), 512, (256, 128)),  # the sandbox's tiny pair
+        ((None, None), 100, (64, 32)),
+        ((None, 64), 512, (256, 64)),  # a given length stays; the default one shrinks
+        ((448, None), 512, (448, 64)),
+        ((500, 64), 512, (500, 64)),  # both given: as given, refused later
+    ],
+)
+def test_unset_lengths_default_to_what_fits_the_context(
+    given: tuple[int | None, int | None], context: int | None, fitted: tuple[int, int]
+) -> None:
+    asked = load.Load(concurrencies=(1,), prompts=8, input_len=given[0], output_len=given[1])
+    done = asked.fit(context)
+    assert (done.input_len, done.output_len) == fitted
+
+
+def test_a_load_without_lengths_renders_no_argv() -> None:
+    with pytest.raises(ValueError, match="fit it to the resource's context first"):
+        load.Load(concurrencies=(1,), prompts=8).argv("http://x", "m", "m", 1)
 
 
 def _flag(argv: list[str], flag: str) -> str:

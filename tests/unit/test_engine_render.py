@@ -242,3 +242,35 @@ def test_engine_registry() -> None:
         assert engines.render(spec_of(raw)).image == engine.default_image
     with pytest.raises(ValueError, match="unknown engine 'trt'"):
         engines.engine_for("trt")
+
+
+KEY_REF = {"name": "engine-key", "key": "k"}
+
+
+@pytest.mark.parametrize(("raw", "variable"), [(SEED_000, "VLLM_API_KEY"), (SEED_003, "SGLANG_API_KEY")])
+def test_api_key_comes_from_its_secret_and_never_into_the_command(raw: dict[str, Any], variable: str) -> None:
+    """vLLM reads VLLM_API_KEY itself; SGLang takes only --api-key, which refers to the variable
+    for Kubernetes to expand, so the command status shows carries no key."""
+    spec = spec_of(with_engine(raw, apiKeySecretRef=KEY_REF, env=[{"name": "X", "value": "1"}]))
+    launch = engines.render(spec)
+    assert launch.env == [
+        {"name": variable, "valueFrom": {"secretKeyRef": KEY_REF}},
+        {"name": "X", "value": "1"},
+    ]
+    if variable == "SGLANG_API_KEY":
+        assert launch.command[launch.command.index("--api-key") + 1] == "$(SGLANG_API_KEY)"
+    else:
+        assert "--api-key" not in launch.command
+    # The baseline a benchmark starts keeps the key: the same variable, the same reference.
+    engine = engines.engine_for(spec.engine.name)
+    assert engine.api_key_env == variable
+    assert ("--api-key" in engine.baseline_command(launch.command)) == (variable == "SGLANG_API_KEY")
+    assert engines.render(spec_of(raw)).env == []
+    assert spec_of(with_engine(raw, apiKeySecretRef={"name": "s"})).engine.api_key_secret_ref.key == "apiKey"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("raw", [SEED_000, SEED_003])
+def test_api_key_in_engine_args_is_refused_naming_the_field(raw: dict[str, Any]) -> None:
+    errors = engines.validate(spec_of(with_engine(raw, args=["--api-key", "sk-plain"])))
+    assert [str(e) for e in errors if "--api-key" in str(e)], errors
+    assert any("spec.engine.apiKeySecretRef" in str(e) for e in errors), errors

@@ -18,7 +18,14 @@ from specdeploy.api.base import (
     ApiModel,
     EngineName,
 )
-from specdeploy.api.engine_spec import Engine, EnvVar, SglangOptions, VllmKvCacheDtype, VllmOptions
+from specdeploy.api.engine_spec import (
+    ApiKeySecretRef,
+    Engine,
+    EnvVar,
+    SglangOptions,
+    VllmKvCacheDtype,
+    VllmOptions,
+)
 from specdeploy.api.pod_spec import Lifecycle, PodMetadata, Resources, Scheduling, Security, Toleration
 from specdeploy.api.pod_template import PodTemplate
 from specdeploy.api.spec import (
@@ -73,6 +80,7 @@ __all__ = [
     "VERSION",
     "Acceptance",
     "AcceptancePolicy",
+    "ApiKeySecretRef",
     "ApiModel",
     "CheckResult",
     "Condition",

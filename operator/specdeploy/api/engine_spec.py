@@ -23,6 +23,13 @@ class EnvVar(ApiModel):
     value: str = Field(default="", max_length=4096, description="Variable value.")
 
 
+class ApiKeySecretRef(ApiModel):
+    """A key in a Secret in the resource's namespace holding the engines' API key."""
+
+    name: str = Field(min_length=1, max_length=253, description="Secret name.")
+    key: str = Field(default="apiKey", min_length=1, max_length=253, description="Key holding the API key.")
+
+
 class VllmOptions(ApiModel):
     """Settings that only vLLM understands."""
 
@@ -78,6 +85,13 @@ class Engine(ApiModel):
         default_factory=list, max_length=64, description="Extra arguments appended to the engine command."
     )
     env: list[EnvVar] = Field(default_factory=list, max_length=64, description="Extra environment variables.")
+    api_key_secret_ref: ApiKeySecretRef | None = Field(
+        default=None,
+        description=(
+            "An API key the engines require as 'Authorization: Bearer <key>' on their OpenAI "
+            "routes (/v1/...), read from this Secret into the container's environment, never "
+            "into the command. /health and /metrics stay open for probes and scraping."
+        ),
+    )
     vllm: VllmOptions | None = Field(default=None, description="vLLM-only settings.")
     sglang: SglangOptions | None = Field(default=None, description="SGLang-only settings.")
-

@@ -40,9 +40,10 @@ ENGINE_SECURITY_CONTEXT: dict[str, Any] = {
 def _env(
     spec: api.SpeculativeDeploymentSpec, launch: EngineLaunch, defaults: PodDefaults
 ) -> list[dict[str, Any]]:
-    """Hub access (token, endpoint, offline) then ``engine.env``. The endpoint is the resource's,
-    else the operator-wide default, so engines download from the mirror the operator looked in;
-    the token likewise (an operator-wide one is optional, ``children.defaults``)."""
+    """Hub access (token, endpoint, offline) then the launch's (the API key, ``engine.env``). The
+    endpoint is the resource's, else the operator-wide default, so engines download from the
+    mirror the operator looked in; the token likewise (an operator-wide one is optional,
+    ``children.defaults``)."""
     access = spec.model_access
     env: list[dict[str, Any]] = []
     token = defaults.token(spec)

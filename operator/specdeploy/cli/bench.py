@@ -55,10 +55,14 @@ def register(subparsers: Any) -> None:
         help="requests in flight per engine, one run each (default: 1,4,16)",
     )  # fmt: skip
     parser.add_argument("--prompts", type=_positive, default=64, help="requests per run (default: 64)")
-    parser.add_argument("--input-len", type=_positive, default=512, help="prompt tokens (default: 512)")
     parser.add_argument(
-        "--output-len", type=_positive, default=256, help="tokens generated per request (default: 256)"
-    )
+        "--input-len", type=_positive,
+        help="prompt tokens (default: 512, halved with --output-len's until a request fits NAME's context)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--output-len", type=_positive,
+        help="tokens generated per request (default: 256, halved with --input-len's likewise)",
+    )  # fmt: skip
     parser.add_argument(
         "--dataset", default="random",
         help="a vllm bench serve dataset: random (default, no file), sharegpt, hf, custom, ...",
@@ -145,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
             )
             plot(comparison, title, args.plot)
             say(f"plot written to {args.plot}")
-        summary = report.summary(comparison, datetime.now(UTC), load.describe())
+        summary = report.summary(comparison, datetime.now(UTC), session.load.describe())
         session.record(summary, report.event(comparison))
         return 0
     except BenchError as exc:

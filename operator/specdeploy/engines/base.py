@@ -54,7 +54,8 @@ class EngineLaunch:
 
     ``command`` is the full argv (it replaces the image entrypoint) with ``spec.engine.args`` last:
     on several nodes, the leader's; ``worker_command`` is then the other pods' of the group.
-    ``env`` is ``spec.engine.env`` as core/v1 EnvVar dicts; the probes are core/v1 Probe dicts.
+    ``env`` is the API key from its Secret (when ``spec.engine.apiKeySecretRef`` is set), then
+    ``spec.engine.env``, as core/v1 EnvVar dicts; the probes are core/v1 Probe dicts.
     """
 
     image: str
@@ -63,7 +64,7 @@ class EngineLaunch:
     startup_probe: dict[str, Any]
     readiness_probe: dict[str, Any]
     liveness_probe: dict[str, Any]
-    env: list[dict[str, str]]
+    env: list[dict[str, Any]]
     worker_command: list[str] | None = None
 
 
@@ -93,6 +94,12 @@ class Engine(Protocol):
     @property
     def port(self) -> int:
         """The container port the server listens on."""
+        ...
+
+    @property
+    def api_key_env(self) -> str:
+        """The container variable holding ``spec.engine.apiKeySecretRef``'s key: one the engine
+        reads itself, or one its command refers to as ``$(NAME)``, so the key is never in argv."""
         ...
 
     def render(self, spec: api.SpeculativeDeploymentSpec) -> EngineLaunch:
@@ -179,6 +186,14 @@ def _user_env(spec: api.SpeculativeDeploymentSpec) -> list[dict[str, str]]:
     return [{"name": name, "value": value} for name, value in merged.items()]
 
 
+def api_key_env(engine: Engine, spec: api.SpeculativeDeploymentSpec) -> list[dict[str, Any]]:
+    """The API key as ``engine.api_key_env`` from its Secret; nothing when none is set."""
+    ref = spec.engine.api_key_secret_ref
+    if ref is None:
+        return []
+    return [{"name": engine.api_key_env, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}]
+
+
 def startup_failure_threshold(spec: api.SpeculativeDeploymentSpec) -> int:
     """Startup probe failures that fill ``lifecycle.startupTimeoutSeconds`` (rounded up, so the
     engine never gets less time than the spec grants)."""
@@ -211,7 +226,7 @@ def launch(
         liveness_probe=_http_probe(
             LIVENESS_PATH, engine.port, period_s=15, failure_threshold=4, timeout_s=10
         ),
-        env=_user_env(spec),
+        env=[*api_key_env(engine, spec), *_user_env(spec)],
         worker_command=worker_command,
     )
 

@@ -42,6 +42,10 @@ from specdeploy.engines.base import (
 VERSION = "0.5.23"
 DEFAULT_IMAGE = f"lmsysorg/sglang:v{VERSION}"
 PORT = 30000
+# SGLang takes its API key only as --api-key: the command passes this variable, which Kubernetes
+# expands from the container's environment, so status shows the reference and never the key.
+# It guards every route but /health*, /ready* and /metrics*.
+API_KEY_ENV = "SGLANG_API_KEY"
 ALGORITHM = "EAGLE3"
 # Share of each GPU kept outside SGLang's static pool (weights + KV cache) for activations and the
 # CUDA graphs and tree-verify buffers of verifier *and* draft. Setting --mem-fraction-static to the
@@ -63,6 +67,7 @@ OWNED_FLAGS: tuple[OwnedFlag, ...] = (
     OwnedFlag(("--speculative-num-draft-tokens",), "spec.engine.sglang.numDraftTokens"),
     OwnedFlag(("--tp-size", "--tensor-parallel-size", "--tp"), "spec.parallelism.tensor"),
     OwnedFlag(("--port",), "spec.service.port (the container always listens on 30000)"),
+    OwnedFlag(("--api-key",), "spec.engine.apiKeySecretRef (a key in argv would show in status)"),
     OwnedFlag(("--host",), "nothing: the operator binds 0.0.0.0 for the Service and probes"),
     OwnedFlag(
         ("--mem-fraction-static",), "spec.engine.sglang.memFractionStatic or spec.gpuMemoryUtilization"
@@ -164,6 +169,7 @@ class SglangEngine:
     version: ClassVar[str] = VERSION
     default_image: ClassVar[str] = DEFAULT_IMAGE
     port: ClassVar[int] = PORT
+    api_key_env: ClassVar[str] = API_KEY_ENV
 
     def command(self, spec: api.SpeculativeDeploymentSpec, node_rank: str = LEADER_RANK) -> list[str]:
         """The argv, in seed 003's order, with ``spec.engine.args`` last.
@@ -197,6 +203,8 @@ class SglangEngine:
         if spec.served_model_name is not None:
             cmd += ["--served-model-name", spec.served_model_name]
         cmd.append("--enable-metrics")
+        if spec.engine.api_key_secret_ref is not None:
+            cmd += ["--api-key", f"$({API_KEY_ENV})"]
         if spec.verifier is not None and spec.verifier.revision is not None:
             cmd += ["--revision", spec.verifier.revision]
         if node_count(spec) > 1:

@@ -35,6 +35,8 @@ from specdeploy.engines.base import (
 VERSION = "0.33.0"
 DEFAULT_IMAGE = f"vllm/vllm-openai:v{VERSION}"
 PORT = 8000
+# vLLM reads its API key from this variable when --api-key is not given; it guards /v1/... only.
+API_KEY_ENV = "VLLM_API_KEY"
 
 OWNED_FLAGS: tuple[OwnedFlag, ...] = (
     OwnedFlag(("--model",), "spec.verifier.model"),
@@ -54,6 +56,7 @@ OWNED_FLAGS: tuple[OwnedFlag, ...] = (
         "spec.engine.vllm.enableExpertParallel",
     ),
     OwnedFlag(("--kv-cache-dtype",), "spec.engine.vllm.kvCacheDtype"),
+    OwnedFlag(("--api-key",), "spec.engine.apiKeySecretRef (a key in argv would show in status)"),
     OwnedFlag(("--pipeline-parallel-size", "-pp"), "spec.parallelism.pipeline"),
     OwnedFlag(
         ("--nnodes", "-n", "--node-rank", "-r", "--master-addr", "--headless"),
@@ -87,6 +90,7 @@ class VllmEngine:
     version: ClassVar[str] = VERSION
     default_image: ClassVar[str] = DEFAULT_IMAGE
     port: ClassVar[int] = PORT
+    api_key_env: ClassVar[str] = API_KEY_ENV
 
     def command(self, spec: api.SpeculativeDeploymentSpec, node_rank: str = LEADER_RANK) -> list[str]:
         """The argv: seed 000's flags (``-tp`` spelled out), then the optional ones, ``engine.args`` last.

@@ -9,7 +9,7 @@ tokens per second, TTFT, ITL and TPOT percentiles, completed and failed requests
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 
 from specdeploy.api import EngineName
@@ -17,6 +17,10 @@ from specdeploy.enginefacts import facts_for
 
 SPECULATIVE, BASELINE = "speculative", "baseline"
 PERCENTILES = "50,99"
+# Tokens per prompt and per completion when not given: a chat turn of moderate length. A pair
+# whose context is shorter gets both halved together until one request fits (``fit``).
+DEFAULT_INPUT_LEN = 512
+DEFAULT_OUTPUT_LEN = 256
 
 
 @dataclass(frozen=True)
@@ -24,18 +28,33 @@ class Load:
     """The traffic of one benchmark, the same for both engines.
 
     ``prompts`` per concurrency level; ``input_len``/``output_len`` in tokens (every request
-    generates exactly ``output_len``: ``--ignore-eos``); ``dataset`` is a ``vllm bench serve``
+    generates exactly ``output_len``: ``--ignore-eos``), None until ``fit`` gives them the
+    defaults that suit the resource's context; ``dataset`` is a ``vllm bench serve``
     dataset name (``random`` needs no file), ``dataset_path`` its file or hub id.
     """
 
     concurrencies: tuple[int, ...]
     prompts: int
-    input_len: int
-    output_len: int
+    input_len: int | None = None
+    output_len: int | None = None
     dataset: str = "random"
     dataset_path: str | None = None
     seed: int = 0
     temperature: float = 0.0
+
+    def fit(self, context: int | None) -> Load:
+        """This load with every unset length at its default, those defaults halved together
+        until one request fits ``context`` tokens (the resource's maxModelLen, when known); lengths
+        the user gave stay as given, for the session to refuse when they do not fit."""
+        input_len = self.input_len or DEFAULT_INPUT_LEN
+        output_len = self.output_len or DEFAULT_OUTPUT_LEN
+        while context and input_len + output_len > context:
+            shrinks = [self.input_len is None and input_len > 1, self.output_len is None and output_len > 1]
+            if not any(shrinks):
+                break
+            input_len = max(1, input_len // 2) if shrinks[0] else input_len
+            output_len = max(1, output_len // 2) if shrinks[1] else output_len
+        return replace(self, input_len=input_len, output_len=output_len)
 
     def describe(self) -> dict[str, object]:
         """The load as the report and the summary annotation show it."""
@@ -48,6 +67,8 @@ class Load:
     def argv(self, base_url: str, model: str, tokenizer: str, concurrency: int) -> list[str]:
         """One ``vllm bench serve`` of ``model`` at ``concurrency``, warmed up by one wave of
         requests; ``tokenizer`` (the verifier's) builds and counts the prompts."""
+        if self.input_len is None or self.output_len is None:
+            raise ValueError("the load's lengths are unset: fit it to the resource's context first")
         argv = [
             "vllm", "bench", "serve",
             "--backend", "openai", "--base-url", base_url, "--endpoint", "/v1/completions",

@@ -31,6 +31,10 @@ OWN_LABELS = frozenset(
      "app.kubernetes.io/component"}
 )  # fmt: skip
 LOAD_CONTAINER = "load"
+# What the load Job asks of the engines' node: ``vllm bench serve`` is one Python process.
+LOAD_REQUESTS = {"cpu": "1", "memory": "2Gi"}
+# The variable ``vllm bench serve`` sends as its bearer token (benchmarks/lib/endpoint_request_func.py).
+LOAD_API_KEY_ENV = "OPENAI_API_KEY"
 DNS_LABEL_MAX = 63
 # A run Job past its deadline (its CLI was killed) is deleted this soon after, and with it the
 # baseline holding GPUs; a run that ends normally is deleted by the CLI at once.
@@ -196,16 +200,21 @@ def load_job(
     deadline_s: int,
 ) -> dict[str, Any]:
     """The load generator's Job: one pod, placed like the engines (so it reaches them as closely
-    as a client in their zone would), with their hub access for the tokenizer, run once."""
+    as a client in their zone would), with their hub access for the tokenizer and their API key
+    (from the same Secret) for the requests, run once."""
     pod_spec = speculative["spec"]["template"]["spec"]
     # Hub access, not the engine's cache: the load pod has no volume at HF_HOME.
     engine_env = _engine_container(pod_spec).get("env") or []
     env = [e for e in engine_env if e["name"].startswith("HF_") and e["name"] != "HF_HOME"]
+    key_env = engines.engine_for(speculative["metadata"]["labels"][children.ENGINE_LABEL]).api_key_env
+    keys = [e for e in engine_env if e["name"] == key_env]
+    if keys:
+        env.append({**keys[-1], "name": LOAD_API_KEY_ENV})
     container: dict[str, Any] = {
         "name": LOAD_CONTAINER,
         "image": image,
         "command": argv,
-        "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
+        "resources": {"requests": dict(LOAD_REQUESTS)},
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if env:

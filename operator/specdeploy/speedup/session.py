@@ -86,6 +86,8 @@ class Session:
         # resource's kept one, which it leaves as it is), and the name of the one it measures.
         self.baseline: tuple[dict[str, Any], dict[str, Any]] | None = None
         self.baseline_name = manifests.baseline_name(self.name)
+        # The load with its lengths fitted to the resource's context once ``start`` has read it.
+        self.load = options.load
 
     @property
     def shares_baseline(self) -> bool:
@@ -241,7 +243,7 @@ class Session:
         """Checks, then the anchor Job; returns the speculative engine pod to measure."""
         self.resource = self._resource()
         self.deployment, pod = self._serving(self.resource)
-        self._check_lengths()
+        self._fit_lengths()
         existing = self._read(self.kube.batch.read_namespaced_job, manifests.run_name(self.name))
         if existing is not None:
             if not (_condition(existing, "Complete") or _condition(existing, "Failed")):
@@ -261,12 +263,15 @@ class Session:
         self.run_job = self._create_job(anchor)
         return pod
 
-    def _check_lengths(self) -> None:
-        """A request longer than the context the engines serve would only fail inside the Job."""
+    def _fit_lengths(self) -> None:
+        """Unset lengths fitted to the context the engines serve; a request longer than that
+        would only fail inside the Job."""
         spec = self.resource.get("spec") or {}
         planned = (self.resource.get("status") or {}).get("plan") or {}
         limit = spec.get("maxModelLen") or planned.get("maxModelLen")
-        load = self.options.load
+        asked = self.options.load
+        self.load = load = asked.fit(limit)
+        assert load.input_len is not None and load.output_len is not None
         tokens = load.input_len + load.output_len
         if limit and tokens > limit:
             raise BenchError(
@@ -274,6 +279,11 @@ class Session:
                 f"--input-len {load.input_len} + --output-len {load.output_len} = "
                 f"{tokens} tokens per request, more than the {limit} that {self.name} serves "
                 "(its maxModelLen)",
+            )
+        if load != asked.fit(None):
+            say(
+                f"requests of {load.input_len}+{load.output_len} tokens: the defaults halved to fit the "
+                f"{limit}-token context of {self.name} (--input-len and --output-len to choose)"
             )
 
     def _gone(self, read: Callable[..., Any], name: str) -> bool | None:
@@ -345,7 +355,7 @@ class Session:
         engine = self.deployment["metadata"]["labels"][children.ENGINE_LABEL]
         status = self.resource.get("status") or {}
         spec = self.resource.get("spec") or {}
-        load = self.options.load
+        load = self.load
         port = next(
             p["containerPort"]
             for c in speculative_pod["spec"]["containers"]
@@ -433,6 +443,6 @@ class Session:
                 "name": self.baseline_name,
                 "kept": self.options.keep_baseline or self.shares_baseline,
             },
-            "load": self.options.load.describe(),
+            "load": self.load.describe(),
             **comparison.to_json(),
         }
