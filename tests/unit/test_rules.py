@@ -47,8 +47,13 @@ QUANTITIES = st.dictionaries(
     st.just("1"),
     max_size=3,
 )
+NAMES = st.one_of(
+    st.sampled_from(["qwen3-8b", "qwen3.5-8b", "Qwen3-8b", "8b", "a-", "a" * 47, "a" * 48]),
+    st.text(alphabet="ab9-._A", min_size=1, max_size=50),
+)
 # What each schema node's rules see as self: small ranges, so every rule both holds and breaks.
 SELF: dict[str, st.SearchStrategy[Any]] = {
+    rules.OBJECT: st.fixed_dictionaries({"metadata": st.fixed_dictionaries({"name": NAMES})}),
     "spec": optional(
         verifier=st.just({"model": "org/verifier"}),
         speculator=optional(model=st.just("org/draft"), numSpeculativeTokens=st.integers(1, 4)),
@@ -85,6 +90,7 @@ COUNTS = ["auto", "Auto", 0, 1, 3, 4, 9]
 # Explicit values, run on every run besides the generated ones: between them, each rule of the
 # node both holds and breaks.
 EDGES: dict[str, list[Any]] = {
+    rules.OBJECT: [{"metadata": {"name": "qwen3-8b"}}, {"metadata": {"name": "qwen3.5-8b"}}],
     "spec": [
         {"verifier": VERIFIER},
         {"speculator": {}},
@@ -118,7 +124,7 @@ EDGES: dict[str, list[Any]] = {
 
 
 def rule_id(rule: Rule) -> str:
-    return f"{rule.at}:{rule.message[:40]}"
+    return f"{rule.at or 'object'}:{rule.message[:40]}"
 
 
 def test_every_rule_has_a_generator_and_edges() -> None:
@@ -159,6 +165,7 @@ def placed(at: str, value: Any) -> dict[str, Any]:
 
 # A violation of each rule the models check on parse, for specs that skip the apiserver.
 BROKEN: dict[str, Any] = {
+    rules.OBJECT: {"metadata": {"name": "qwen3.5-8b"}},
     "spec.parallelism.nodes": 9,
     "spec.parallelism.pipeline": "2",
     "spec.lifecycle": {"preStopSleepSeconds": 30, "terminationGracePeriodSeconds": 30},
@@ -174,7 +181,10 @@ BROKEN: dict[str, Any] = {
 def test_offline_rules_reject_on_parse_with_the_rules_message(rule: Rule) -> None:
     assert not cel_holds(rule, BROKEN[rule.at])
     with pytest.raises(ValidationError) as caught:
-        api.SpeculativeDeploymentSpec.model_validate(placed(rule.at, BROKEN[rule.at]))
+        if rule.at == rules.OBJECT:
+            api.SpeculativeDeployment.model_validate({**BROKEN[rule.at], "spec": {"verifier": VERIFIER}})
+        else:
+            api.SpeculativeDeploymentSpec.model_validate(placed(rule.at, BROKEN[rule.at]))
     assert rule.error() in str(caught.value)
 
 
@@ -184,12 +194,12 @@ def test_the_crd_carries_exactly_the_tables_rules_where_they_say() -> None:
     def walk(node: dict[str, Any], path: str) -> None:
         found.extend((path, entry) for entry in node.get("x-kubernetes-validations", []))
         for name, sub in node.get("properties", {}).items():
-            walk(sub, f"{path}.{name}")
+            walk(sub, f"{path}.{name}" if path else name)
         if "items" in node:
             walk(node["items"], f"{path}[]")
 
     version = custom_resource_definition()["spec"]["versions"][0]
-    walk(version["schema"]["openAPIV3Schema"]["properties"]["spec"], "spec")
+    walk(version["schema"]["openAPIV3Schema"], rules.OBJECT)
     table = [(rule.at, rule.entry()) for rule in RULES]
     # Sorted by node only: within one node the order is the table's.
     assert sorted(found, key=lambda item: item[0]) == sorted(table, key=lambda item: item[0])

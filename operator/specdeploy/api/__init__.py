@@ -11,6 +11,7 @@ from specdeploy.api.base import (
     GROUP,
     KIND,
     MAX_NODES,
+    NAME_MAX_LENGTH,
     PLURAL,
     SHORT_NAMES,
     SINGULAR,
@@ -33,6 +34,7 @@ from specdeploy.api.spec import (
     SpeculativeDeploymentSpec,
     Speculator,
     Verifier,
+    check_name,
     validation_problems,
 )
 from specdeploy.api.status import (
@@ -61,6 +63,7 @@ __all__ = [
     "GROUP",
     "KIND",
     "MAX_NODES",
+    "NAME_MAX_LENGTH",
     "PAIRING_VERIFIED",
     "PLURAL",
     "PROGRESSING",
@@ -102,5 +105,6 @@ __all__ = [
     "Verifier",
     "VllmKvCacheDtype",
     "VllmOptions",
+    "check_name",
     "validation_problems",
 ]

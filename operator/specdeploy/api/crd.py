@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from specdeploy.api import base, spec, status
+from specdeploy.api import base, rules, spec, status
 
 _DROP = {"title", "additionalProperties", "$defs"}
 
@@ -161,6 +161,7 @@ def custom_resource_definition() -> dict[str, Any]:
                                 "spec": spec_schema,
                                 "status": status_schema,
                             },
+                            **rules.schema_extra(rules.OBJECT),
                         }
                     },
                 }
