@@ -14,11 +14,20 @@ from specdeploy.api.base import ApiModel, Quantity
 class Toleration(ApiModel):
     """A pod toleration (core/v1 Toleration)."""
 
-    key: str | None = None
-    operator: Literal["Exists", "Equal"] | None = None
-    value: str | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    toleration_seconds: int | None = None
+    key: str | None = Field(
+        default=None, description="Taint key to tolerate; empty with Exists: every taint."
+    )
+    operator: Literal["Exists", "Equal"] | None = Field(
+        default=None, description="Exists (any value) or Equal (the value below). Default: Equal."
+    )
+    value: str | None = Field(default=None, description="Taint value matched by Equal.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="Taint effect to tolerate. Default: every effect."
+    )
+    toleration_seconds: int | None = Field(
+        default=None,
+        description="With NoExecute: how long the pod stays once the taint appears. Default: forever.",
+    )
 
 
 class Scheduling(ApiModel):

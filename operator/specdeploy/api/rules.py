@@ -28,7 +28,8 @@ from specdeploy.api.base import (
 )
 
 # The ``at`` of the rules on the object itself, which see its metadata.name (the only metadata
-# field CEL sees there besides generateName).
+# field CEL sees there besides generateName; no fieldPath can point into metadata, so such a
+# rule's message names the field).
 OBJECT = ""
 
 # The tensor-parallel sizes the apiserver accepts.
@@ -135,7 +136,6 @@ NAME = Rule(
         "Service and the StatefulSets of a multi-node replica are named after it"
     ),
     holds=_name_fits,
-    field_path=".metadata.name",
     offline=True,
 )
 
