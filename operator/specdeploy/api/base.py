@@ -26,7 +26,8 @@ MAX_REPLICAS = 1024
 # DNS-1035 label (at most 63). A replica on several nodes is LeaderWorkerSet group i, whose
 # workers are a StatefulSet named <name>-<i>; a StatefulSet's pods carry the label
 # controller-revision-hash: <statefulset>-<hash>, the hash up to 10 characters, and a label value
-# holds at most 63. With i up to MAX_REPLICAS - 1 that leaves 63 - 11 - 5 = 47.
+# holds at most 63. With i up to MAX_REPLICAS - 1 that leaves 63 - 11 - 5 = 47 (and room for the
+# names ``specdeploy bench`` derives, <name>-bench-load the longest, without shortening them).
 LABEL_VALUE_MAX = 63
 REVISION_HASH_SUFFIX = len("-") + 10
 NAME_MAX_LENGTH = LABEL_VALUE_MAX - REVISION_HASH_SUFFIX - len(f"-{MAX_REPLICAS - 1}")

@@ -65,7 +65,8 @@ class Resources(ApiModel):
     requests: dict[str, Quantity] = Field(
         default_factory=dict,
         description=(
-            "Requests, e.g. cpu: 8, memory: 64Gi. Default for cpu and memory: sized from the plan "
+            "Requests, e.g. cpu: 8, memory: 64Gi (an integer or a quantity string; a fraction as a "
+            'string, "0.5" or 500m). Default for cpu and memory: sized from the plan '
             "(2 CPUs + 2 per GPU; weights + /dev/shm + 4 GiB + 2 GiB per GPU)."
         ),
     )
