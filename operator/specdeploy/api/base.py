@@ -43,8 +43,8 @@ QUANTITY_MAX_LENGTH = 64
 
 
 def _quantity_text(value: Any) -> Any:
-    """A number as the string the apiserver would print for it (8 -> "8", 0.5 -> "0.5"), so
-    children and their diffs see one form whichever way the manifest wrote it; bool is no number."""
+    """A number as its quantity string (8 -> "8", 8.0 -> "8", 0.5 -> "0.5"), so children and
+    their diffs see one form whichever way the manifest wrote it; bool is no number."""
     if type(value) is int:
         return str(value)
     if type(value) is float:
