@@ -161,9 +161,12 @@ def compute(
 
 def _parsed(body: dict[str, Any], progress: _Progress) -> api.SpeculativeDeploymentSpec:
     try:
+        api.check_name(body.get("metadata") or {})
         spec = api.SpeculativeDeploymentSpec.model_validate(body.get("spec") or {})
     except ValidationError as exc:
         progress.block("InvalidSpec", api.validation_problems(exc))
+    except ValueError as exc:
+        progress.block("InvalidSpec", str(exc))
     progress.fields["engine"] = spec.engine.name
     return spec
 

@@ -77,7 +77,8 @@ def test_seed_example_becomes_ready_on_a_gpu_node(
     assert failed == [], failed
 
     printed = kubectl("get", "sdep", "qwen3-30b-a3b-eagle3", namespace=namespace)
-    assert "Qwen/Qwen3-30B-A3B-Instruct-2507" in printed and "vllm" in printed
+    assert "Qwen/Qwen3-30B-A3B-Instruct-2507" in printed and "Ready" in printed.split()
+    assert "vllm" in kubectl("get", "sdep", "qwen3-30b-a3b-eagle3", "-o", "wide", namespace=namespace)
 
 
 def test_update_rolls_out_and_observed_generation_follows(

@@ -32,12 +32,15 @@ NODE_LABELS = (
 
 
 def _closed(node: Any) -> Any:
-    """The schema with unknown properties refused, as the apiserver's pruning drops them."""
+    """The schema with unknown properties refused, as the apiserver's pruning drops them, and
+    int-or-string fields typed as the apiserver types them."""
     if isinstance(node, list):
         return [_closed(item) for item in node]
     if not isinstance(node, dict):
         return node
     out = {key: _closed(value) for key, value in node.items() if not key.startswith("x-kubernetes-")}
+    if node.get("x-kubernetes-int-or-string"):
+        out["type"] = ["integer", "string"]
     if "properties" in node and "additionalProperties" not in node:
         out["additionalProperties"] = False
     return out

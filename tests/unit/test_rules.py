@@ -58,8 +58,13 @@ LABEL_KEYS = st.sampled_from(
         "x.specdeploy.io/y",
     ]
 )
+NAMES = st.one_of(
+    st.sampled_from(["qwen3-8b", "qwen3.5-8b", "Qwen3-8b", "8b", "a-", "a" * 47, "a" * 48]),
+    st.text(alphabet="ab9-._A", min_size=1, max_size=50),
+)
 # What each schema node's rules see as self: small ranges, so every rule both holds and breaks.
 SELF: dict[str, st.SearchStrategy[Any]] = {
+    rules.OBJECT: st.fixed_dictionaries({"metadata": st.fixed_dictionaries({"name": NAMES})}),
     "spec": optional(
         verifier=st.just({"model": "org/verifier"}),
         speculator=optional(model=st.just("org/draft"), numSpeculativeTokens=st.integers(1, 4)),
@@ -116,6 +121,7 @@ COUNTS = ["auto", "Auto", 0, 1, 3, 4, 9]
 # Explicit values, run on every run besides the generated ones: between them, each rule of the
 # node both holds and breaks.
 EDGES: dict[str, list[Any]] = {
+    rules.OBJECT: [{"metadata": {"name": "qwen3-8b"}}, {"metadata": {"name": "qwen3.5-8b"}}],
     "spec": [
         {"verifier": VERIFIER},
         {"speculator": {}},
@@ -158,7 +164,7 @@ EDGES: dict[str, list[Any]] = {
 
 
 def rule_id(rule: Rule) -> str:
-    return f"{rule.at}:{rule.message[:40]}"
+    return f"{rule.at or 'object'}:{rule.message[:40]}"
 
 
 def test_every_rule_has_a_generator_and_edges() -> None:
@@ -215,6 +221,7 @@ def broken_container(rule: Rule) -> dict[str, Any]:
 BROKEN: dict[str, Any] = {
     "spec.podTemplate.metadata": {"labels": {"app.kubernetes.io/instance": "other"}},
     "spec.podTemplate.spec": {"affinity": {"nodeAffinity": {}}},
+    rules.OBJECT: {"metadata": {"name": "qwen3.5-8b"}},
     "spec.parallelism.nodes": 9,
     "spec.parallelism.pipeline": "2",
     "spec.lifecycle": {"preStopSleepSeconds": 30, "terminationGracePeriodSeconds": 30},
@@ -231,7 +238,10 @@ def test_offline_rules_reject_on_parse_with_the_rules_message(rule: Rule) -> Non
     broken = broken_container(rule) if rule.at == rules.TEMPLATE_CONTAINER else BROKEN[rule.at]
     assert not cel_holds(rule, broken)
     with pytest.raises(ValidationError) as caught:
-        api.SpeculativeDeploymentSpec.model_validate(placed(rule.at, broken))
+        if rule.at == rules.OBJECT:
+            api.SpeculativeDeployment.model_validate({**broken, "spec": {"verifier": VERIFIER}})
+        else:
+            api.SpeculativeDeploymentSpec.model_validate(placed(rule.at, broken))
     assert rule.error() in str(caught.value)
 
 
@@ -241,12 +251,12 @@ def test_the_crd_carries_exactly_the_tables_rules_where_they_say() -> None:
     def walk(node: dict[str, Any], path: str) -> None:
         found.extend((path, entry) for entry in node.get("x-kubernetes-validations", []))
         for name, sub in node.get("properties", {}).items():
-            walk(sub, f"{path}.{name}")
+            walk(sub, f"{path}.{name}" if path else name)
         if "items" in node:
             walk(node["items"], f"{path}[]")
 
     version = custom_resource_definition()["spec"]["versions"][0]
-    walk(version["schema"]["openAPIV3Schema"]["properties"]["spec"], "spec")
+    walk(version["schema"]["openAPIV3Schema"], rules.OBJECT)
     table = [(rule.at, rule.entry()) for rule in RULES]
     # Sorted by node only: within one node the order is the table's.
     assert sorted(found, key=lambda item: item[0]) == sorted(table, key=lambda item: item[0])

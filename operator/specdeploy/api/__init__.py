@@ -11,6 +11,7 @@ from specdeploy.api.base import (
     GROUP,
     KIND,
     MAX_NODES,
+    NAME_MAX_LENGTH,
     PLURAL,
     SHORT_NAMES,
     SINGULAR,
@@ -41,6 +42,7 @@ from specdeploy.api.spec import (
     SpeculativeDeploymentSpec,
     Speculator,
     Verifier,
+    check_name,
     validation_problems,
 )
 from specdeploy.api.status import (
@@ -69,6 +71,7 @@ __all__ = [
     "GROUP",
     "KIND",
     "MAX_NODES",
+    "NAME_MAX_LENGTH",
     "PAIRING_VERIFIED",
     "PLURAL",
     "PROGRESSING",
@@ -112,5 +115,6 @@ __all__ = [
     "Verifier",
     "VllmKvCacheDtype",
     "VllmOptions",
+    "check_name",
     "validation_problems",
 ]

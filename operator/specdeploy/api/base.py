@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, StringConstraints, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 GROUP = "specdeploy.io"
@@ -20,6 +20,18 @@ EngineName = Literal["vllm", "sglang"]
 GPU_RESOURCE = "nvidia.com/gpu"
 # The most nodes one replica spans (a LeaderWorkerSet group of this size).
 MAX_NODES = 8
+# The most replicas (engine pods, or LeaderWorkerSet groups) one resource asks for.
+MAX_REPLICAS = 1024
+# The longest resource name every child can take. The Service takes the name itself, so it is a
+# DNS-1035 label (at most 63). A replica on several nodes is LeaderWorkerSet group i, whose
+# workers are a StatefulSet named <name>-<i>; a StatefulSet's pods carry the label
+# controller-revision-hash: <statefulset>-<hash>, the hash up to 10 characters, and a label value
+# holds at most 63. With i up to MAX_REPLICAS - 1 that leaves 63 - 11 - 5 = 47 (and room for the
+# names ``specdeploy bench`` derives, <name>-bench-load the longest, without shortening them).
+LABEL_VALUE_MAX = 63
+REVISION_HASH_SUFFIX = len("-") + 10
+NAME_MAX_LENGTH = LABEL_VALUE_MAX - REVISION_HASH_SUFFIX - len(f"-{MAX_REPLICAS - 1}")
+DNS_1035_LABEL_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 # The engine's HOME, an emptyDir of its own: the engine images' /root is mode 700, so a non-root
 # engine keeps its caches (torch compile, Triton, the hub) here instead.
 ENGINE_HOME = "/home/engine"
@@ -27,7 +39,35 @@ ENGINE_HOME = "/home/engine"
 # of at most two digits): a value it cannot parse fails the whole Deployment write with an HTTP
 # 500, so the schema refuses it first.
 QUANTITY_PATTERN = r"^[+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?[0-9]{1,2}))?$"
-Quantity = Annotated[str, StringConstraints(pattern=QUANTITY_PATTERN, max_length=64)]
+QUANTITY_MAX_LENGTH = 64
+
+
+def _quantity_text(value: Any) -> Any:
+    """A number as its quantity string (8 -> "8", 8.0 -> "8", 0.5 -> "0.5"), so children and
+    their diffs see one form whichever way the manifest wrote it; bool is no number."""
+    if type(value) is int:
+        return str(value)
+    if type(value) is float:
+        return str(int(value)) if value.is_integer() else repr(value)
+    return value
+
+
+# Int-or-string, as core/v1 takes a quantity (``cpu: 8`` or ``memory: 64Gi``); the CRD cannot
+# say number-or-string, so a fraction reaches the apiserver as a string ("0.5", 500m), while
+# files read offline (``render``, ``plan``) may also write it as a YAML float.
+Quantity = Annotated[
+    str,
+    BeforeValidator(_quantity_text),
+    StringConstraints(pattern=QUANTITY_PATTERN, max_length=QUANTITY_MAX_LENGTH),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": QUANTITY_PATTERN,
+            "maxLength": QUANTITY_MAX_LENGTH,
+            "x-kubernetes-int-or-string": True,
+        }
+    ),
+]
 
 
 class ApiModel(BaseModel):

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from specdeploy.api import base, spec, status
+from specdeploy.api import base, rules, spec, status
 
 _DROP = {"title", "additionalProperties", "$defs"}
 
@@ -97,26 +97,44 @@ def _column(name: str, path: str, kind: str = "string", priority: int = 0) -> di
 
 
 def _printer_columns() -> list[dict[str, Any]]:
-    """What ``kubectl get sdep`` shows (priority 1 only with ``-o wide``)."""
+    """What ``kubectl get sdep`` shows (priority 1 only with ``-o wide``): by default what is
+    served, how many replicas are ready and, as a pod's STATUS does, the Ready condition's reason
+    (why it is not ready: NoNodeFits, PairingFailed, an engine failure); the long speculator id
+    and the finer layout only with ``-o wide``, to keep the line within a terminal."""
     return [
         _column("Verifier", ".status.verifier"),
-        _column("Speculator", ".status.speculator"),
-        _column("Engine", ".spec.engine.name"),
+        _column("Speculator", ".status.speculator", priority=1),
+        _column("Engine", ".spec.engine.name", priority=1),
         _column("TP", ".status.tensorParallelSize", "integer"),
-        _column("Ready", ".status.readyReplicas", "integer"),
         _column("Replicas", ".spec.replicas", "integer", priority=1),
         _column("Nodes", ".status.plan.nodesPerReplica", "integer", priority=1),
+        _column("Ready", ".status.readyReplicas", "integer"),
+        _column("Status", ".status.conditions[?(@.type=='Ready')].reason"),
         _column("Acceptance", ".status.acceptance.summary"),
-        _column("Status", ".status.conditions[?(@.type=='Ready')].reason", priority=1),
         _column("Age", ".metadata.creationTimestamp", "date"),
     ]
+
+
+def _object_fields() -> dict[str, Any]:
+    """apiVersion and kind, described for ``kubectl explain`` as core types are, and metadata."""
+    return {
+        "apiVersion": {
+            "type": "string",
+            "description": f"The versioned schema of this object: {base.API_VERSION}.",
+        },
+        "kind": {"type": "string", "description": f"The REST resource this object represents: {base.KIND}."},
+        # The apiserver takes no more than the type here: kubectl explain shows ObjectMeta's own.
+        "metadata": {"type": "object"},
+    }
 
 
 def custom_resource_definition() -> dict[str, Any]:
     """The whole CRD object, as checked in under crds/ and shipped in the chart."""
     spec_schema = openapi_schema(spec.SpeculativeDeploymentSpec)
     spec_schema["description"] = "Desired state: one verifier/speculator pair served by N replicas."
-    status_schema = openapi_schema(status.SpeculativeDeploymentStatus)
+    # Defaulted, so the apiserver fills in the zero counts from the start: READY shows 0, not
+    # blank, before the operator's first status write (or while no operator runs).
+    status_schema = {**openapi_schema(status.SpeculativeDeploymentStatus), "default": {}}
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -155,12 +173,11 @@ def custom_resource_definition() -> dict[str, Any]:
                             ),
                             "required": ["spec"],
                             "properties": {
-                                "apiVersion": {"type": "string"},
-                                "kind": {"type": "string"},
-                                "metadata": {"type": "object"},
+                                **_object_fields(),
                                 "spec": spec_schema,
                                 "status": status_schema,
                             },
+                            **rules.schema_extra(rules.OBJECT),
                         }
                     },
                 }

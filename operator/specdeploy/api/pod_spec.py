@@ -14,11 +14,20 @@ from specdeploy.api.base import ApiModel, Quantity
 class Toleration(ApiModel):
     """A pod toleration (core/v1 Toleration)."""
 
-    key: str | None = None
-    operator: Literal["Exists", "Equal"] | None = None
-    value: str | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    toleration_seconds: int | None = None
+    key: str | None = Field(
+        default=None, description="Taint key to tolerate; empty with Exists: every taint."
+    )
+    operator: Literal["Exists", "Equal"] | None = Field(
+        default=None, description="Exists (any value) or Equal (the value below). Default: Equal."
+    )
+    value: str | None = Field(default=None, description="Taint value matched by Equal.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="Taint effect to tolerate. Default: every effect."
+    )
+    toleration_seconds: int | None = Field(
+        default=None,
+        description="With NoExecute: how long the pod stays once the taint appears. Default: forever.",
+    )
 
 
 class Scheduling(ApiModel):
@@ -56,7 +65,8 @@ class Resources(ApiModel):
     requests: dict[str, Quantity] = Field(
         default_factory=dict,
         description=(
-            "Requests, e.g. cpu: 8, memory: 64Gi. Default for cpu and memory: sized from the plan "
+            "Requests, e.g. cpu: 8, memory: 64Gi (an integer or a quantity string; a fraction as a "
+            'string, "0.5" or 500m). Default for cpu and memory: sized from the plan '
             "(2 CPUs + 2 per GPU; weights + /dev/shm + 4 GiB + 2 GiB per GPU)."
         ),
     )

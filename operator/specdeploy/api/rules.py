@@ -11,14 +11,27 @@ the rule is attached to. The unit tests evaluate both sides with a real CEL impl
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic.config import JsonDict
 
-from specdeploy.api.base import ENGINE_HOME, GPU_RESOURCE, MAX_NODES, ApiModel
+from specdeploy.api.base import (
+    DNS_1035_LABEL_PATTERN,
+    ENGINE_HOME,
+    GPU_RESOURCE,
+    MAX_NODES,
+    NAME_MAX_LENGTH,
+    ApiModel,
+)
 from specdeploy.api.engine_pod import ENGINE_CONTAINER, OPERATOR_LABELS, OWN_PREFIX
+
+# The ``at`` of the rules on the object itself, which see its metadata.name (the only metadata
+# field CEL sees there besides generateName; no fieldPath can point into metadata, so such a
+# rule's message names the field).
+OBJECT = ""
 
 # The tensor-parallel sizes the apiserver accepts.
 TENSOR_SIZES = (1, 2, 4, 8, 16, 32, 64)
@@ -33,7 +46,8 @@ class Rule:
     """One validation rule: the CEL the apiserver runs and the predicate Python runs."""
 
     at: str
-    """The schema node the rule is attached to, which CEL sees as ``self`` (``spec.engine``)."""
+    """The schema node the rule is attached to, which CEL sees as ``self`` (``spec.engine``;
+    ``OBJECT`` for the object itself)."""
     cel: str
     message: str
     holds: Callable[[Any], bool]
@@ -145,7 +159,34 @@ def _own_label(key: str) -> bool:
 _GPU_CEL = "!(k.startsWith('nvidia.com/') || k.endsWith('/gpu'))"
 _OWN_LABELS_CEL = ", ".join(f"'{label}'" for label in OPERATOR_LABELS)
 
+
+def _name_fits(obj: Any) -> bool:
+    """A file read offline may leave the name out; the apiserver always has one."""
+    name = obj.get("metadata", {}).get("name")
+    if name is None:
+        return True
+    return len(name) <= NAME_MAX_LENGTH and re.fullmatch(DNS_1035_LABEL_PATTERN, name) is not None
+
+
+# The children are named after the resource (base.NAME_MAX_LENGTH says why this length): a name
+# they cannot take would start GPU pods and then fail on the Service.
+NAME = Rule(
+    at=OBJECT,
+    cel=(
+        f"size(self.metadata.name) <= {NAME_MAX_LENGTH} && "
+        f"self.metadata.name.matches('{DNS_1035_LABEL_PATTERN}')"
+    ),
+    message=(
+        f"metadata.name must be a DNS-1035 label of at most {NAME_MAX_LENGTH} characters (lowercase "
+        "letters, digits and '-', starting with a letter and ending with a letter or digit): the "
+        "Service and the StatefulSets of a multi-node replica are named after it"
+    ),
+    holds=_name_fits,
+    offline=True,
+)
+
 RULES: tuple[Rule, ...] = (
+    NAME,
     SGLANG_CHAIN,
     SGLANG_TOPK_WITH_DRAFT_TOKENS,
     Rule(

@@ -21,7 +21,7 @@ from pydantic import (
 )
 
 from specdeploy.api import rules
-from specdeploy.api.base import ENGINE_HOME, MAX_NODES, ApiModel, Quantity
+from specdeploy.api.base import ENGINE_HOME, MAX_NODES, MAX_REPLICAS, ApiModel, Quantity
 from specdeploy.api.engine_spec import Engine
 from specdeploy.api.pod_spec import (
     Lifecycle,
@@ -188,8 +188,6 @@ class ModelAccess(ApiModel):
     )
 
 
-
-
 class ModelCache(ApiModel):
     """Where model weights are stored: an existing PVC, or an ephemeral volume per pod.
 
@@ -306,7 +304,9 @@ class SpeculativeDeploymentSpec(ApiModel):
     speculator: Speculator | None = Field(default=None, description="The EAGLE-3 draft model.")
     engine: Engine = Field(default_factory=Engine, json_schema_extra={"default": {}})
     parallelism: Parallelism = Field(default_factory=Parallelism, json_schema_extra={"default": {}})
-    replicas: int = Field(default=1, ge=0, le=1024, description="Number of engine pods (each a full pair).")
+    replicas: int = Field(
+        default=1, ge=0, le=MAX_REPLICAS, description="Number of engine pods (each a full pair)."
+    )
     max_model_len: int | None = Field(
         default=None,
         ge=128,
@@ -361,6 +361,18 @@ class SpeculativeDeployment(ApiModel):
     kind: Literal["SpeculativeDeployment"] = "SpeculativeDeployment"
     metadata: dict[str, Any] = Field(default_factory=dict)
     spec: SpeculativeDeploymentSpec
+
+    @model_validator(mode="after")
+    def _name_fits_children(self) -> SpeculativeDeployment:
+        """The apiserver's name rule, for files that did not come through it (``plan``)."""
+        check_name(self.metadata)
+        return self
+
+
+def check_name(metadata: dict[str, Any]) -> None:
+    """Raise the name rule's message when the children cannot be named after ``metadata.name``."""
+    name = metadata.get("name")
+    rules.enforce(rules.OBJECT, {"metadata": {"name": name}} if isinstance(name, str) else {})
 
 
 def validation_problems(exc: ValidationError, prefix: str = "spec") -> str:

@@ -25,45 +25,73 @@ ConditionStatus = Literal["True", "False", "Unknown"]
 class Condition(ApiModel):
     """A Kubernetes-style condition."""
 
-    type: str
-    status: ConditionStatus
-    reason: str
-    message: str = ""
-    last_transition_time: str | None = None
-    observed_generation: int | None = None
+    type: str = Field(
+        description="Ready, Progressing, Degraded, PairingVerified, Schedulable or SpeculationEffective."
+    )
+    status: ConditionStatus = Field(description="True, False or Unknown.")
+    reason: str = Field(description="CamelCase reason code (the STATUS column shows Ready's).")
+    message: str = Field(default="", description="What happened, naming the field or object at fault.")
+    last_transition_time: str | None = Field(
+        default=None, description="When status last changed (RFC 3339); a new reason alone does not move it."
+    )
+    observed_generation: int | None = Field(
+        default=None, description="The metadata.generation the condition was computed for."
+    )
 
 
 class CheckResult(ApiModel):
     """One pairing rule's outcome."""
 
-    name: str
-    status: Literal["Passed", "Failed", "Warning", "Skipped"]
-    reason: str
-    message: str = ""
+    name: str = Field(description="The check: verifier, hiddenSize, vocabSize, tokenizer, ...")
+    status: Literal["Passed", "Failed", "Warning", "Skipped"] = Field(
+        description="Passed, Failed (the pair is refused), Warning (served, but worth a look) or Skipped."
+    )
+    reason: str = Field(description="CamelCase reason code.")
+    message: str = Field(default="", description="Both values compared, or why the check was skipped.")
 
 
 class PairingStatus(ApiModel):
     """What the pairing check found."""
 
-    verified: ConditionStatus
-    reason: str
-    checks: list[CheckResult] = Field(default_factory=list)
+    verified: ConditionStatus = Field(description="The PairingVerified condition's status.")
+    reason: str = Field(description="Compatible, or the reason of the first check that did not pass.")
+    checks: list[CheckResult] = Field(default_factory=list, description="Every check, in the order run.")
 
 
 class Plan(ApiModel):
     """The GPU plan for one replica: what was chosen and why."""
 
-    tensor_parallel_size: int
-    pipeline_parallel_size: int = 1
-    nodes_per_replica: int = 1
-    gpu_product: str | None = None
-    gpus_per_replica: int
-    gpu_memory_gib: float | None = Field(default=None, alias="gpuMemoryGiB")
-    weights_gib: float | None = Field(default=None, alias="weightsGiB")
-    speculator_weights_gib: float | None = Field(default=None, alias="speculatorWeightsGiB")
-    kv_cache_gib: float | None = Field(default=None, alias="kvCacheGiB")
-    max_model_len: int | None = None
-    reason: str = ""
+    tensor_parallel_size: int = Field(
+        description="GPUs each verifier is sharded over (--tensor-parallel-size)."
+    )
+    pipeline_parallel_size: int = Field(
+        default=1,
+        description="Pipeline stages of a replica (one per node when several nodes run it that way).",
+    )
+    nodes_per_replica: int = Field(
+        default=1, description="Nodes one replica spans; above 1, a LeaderWorkerSet group per replica."
+    )
+    gpu_product: str | None = Field(default=None, description="The GPU feature discovery product planned on.")
+    gpus_per_replica: int = Field(description="GPUs one replica takes, over all its nodes.")
+    gpu_memory_gib: float | None = Field(
+        default=None, alias="gpuMemoryGiB", description="Memory of one GPU of that product."
+    )
+    weights_gib: float | None = Field(default=None, alias="weightsGiB", description="The verifier's weights.")
+    speculator_weights_gib: float | None = Field(
+        default=None, alias="speculatorWeightsGiB", description="The speculator's weights."
+    )
+    kv_cache_gib: float | None = Field(
+        default=None,
+        alias="kvCacheGiB",
+        description=(
+            "KV cache the plan reserves for the replica: parallelism.minConcurrentSequences "
+            "sequences of maxModelLen tokens."
+        ),
+    )
+    max_model_len: int | None = Field(default=None, description="The context length planned for.")
+    reason: str = Field(
+        default="", description="Why this plan: the choice and the memory per GPU, to check by hand."
+    )
 
 
 class Acceptance(ApiModel):
@@ -88,18 +116,23 @@ class Acceptance(ApiModel):
 class SpeculativeDeploymentStatus(ApiModel):
     """Observed state, written only by the operator."""
 
-    observed_generation: int | None = None
+    observed_generation: int | None = Field(
+        default=None, description="The metadata.generation this status describes."
+    )
     conditions: list[Condition] = Field(
         default_factory=list,
+        description="Ready, Progressing, Degraded, PairingVerified, Schedulable, SpeculationEffective.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     verifier: str | None = Field(default=None, description="The verifier actually served.")
     speculator: str | None = Field(default=None, description="The speculator actually served.")
-    engine: str | None = None
-    tensor_parallel_size: int | None = None
-    replicas: int = 0
-    ready_replicas: int = 0
-    updated_replicas: int = 0
+    engine: str | None = Field(default=None, description="The engine serving the pair: vllm or sglang.")
+    tensor_parallel_size: int | None = Field(default=None, description="The planned tensor-parallel size.")
+    replicas: int = Field(default=0, description="Replicas that exist (scale subresource).")
+    ready_replicas: int = Field(
+        default=0, description="Replicas serving; a multi-node replica counts when all its pods are ready."
+    )
+    updated_replicas: int = Field(default=0, description="Replicas running the current engine pod template.")
     selector: str | None = Field(default=None, description="Label selector of the pods (scale subresource).")
     endpoint: str | None = Field(default=None, description="In-cluster URL of the OpenAI-compatible API.")
     command: list[str] = Field(default_factory=list, description="The exact engine command line.")

@@ -18,6 +18,10 @@ from specdeploy.modelinfo import ModelResolver, ModelUnavailable
 def review(body: dict[str, Any], resolver: ModelResolver) -> str | None:
     """A rejection message naming the fields at fault, or None to admit."""
     try:
+        api.check_name(body.get("metadata") or {})
+    except ValueError as exc:
+        return str(exc)
+    try:
         spec = api.SpeculativeDeploymentSpec.model_validate(body.get("spec") or {})
     except ValidationError as exc:
         return api.validation_problems(exc)
