@@ -80,4 +80,3 @@ class Engine(ApiModel):
     env: list[EnvVar] = Field(default_factory=list, max_length=64, description="Extra environment variables.")
     vllm: VllmOptions | None = Field(default=None, description="vLLM-only settings.")
     sglang: SglangOptions | None = Field(default=None, description="SGLang-only settings.")
-

@@ -187,8 +187,6 @@ class ModelAccess(ApiModel):
     )
 
 
-
-
 class ModelCache(ApiModel):
     """Where model weights are stored: an existing PVC, or an ephemeral volume per pod.
 

@@ -219,6 +219,7 @@ class Reconciler:
             self.kube.read_configmap,
             self.kube.read_secret if self.read_secrets else None,
             self.leader_worker_sets,
+            True,  # fetch tokenizer files: the pairing check's tokenizer rule runs in the cluster
         )
         desired = _stamped(desired)
         current = {kind.kind: view.child(kind.kind, key) for kind in CHILD_KINDS}
