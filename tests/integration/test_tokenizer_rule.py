@@ -21,7 +21,14 @@ import yaml
 
 from sdeplib import apply
 from specdeploy_sandbox import engine_env, tiny_models
-from specdeploy_sandbox.model_hub import ensure_hub_env, hub_argv, hub_environ, repo_dir, wait_ready, write_config
+from specdeploy_sandbox.model_hub import (
+    ensure_hub_env,
+    hub_argv,
+    hub_environ,
+    repo_dir,
+    wait_ready,
+    write_config,
+)
 from specdeploy_sandbox.processes import free_ports, stop_child
 from support.kube import Kubectl, WaitFor, condition, get
 from support.paths import REPO

@@ -233,6 +233,7 @@ NAMESPACED = {
     *{("policy", "poddisruptionbudgets", v) for v in ("get", "list", "watch", "create", "patch")},
     ("", "pods", "list"),
     ("", "pods", "watch"),
+    ("", "pods/log", "get"),
     ("", "configmaps", "get"),
     ("", "events", "create"),
 }
@@ -450,7 +451,6 @@ def test_kustomization_sets_the_image_and_the_namespace(kustomize_binary: str, t
     pinned = [d for d in yaml.safe_load_all(_kustomize(kustomize_binary, tmp_path, "build")) if d]
     container = find(pinned, "Deployment")["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == f"{mine}@{digest}"
-
 
 
 def test_install_notes_repeat_the_readme_quickstart() -> None:
