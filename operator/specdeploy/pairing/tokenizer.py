@@ -13,6 +13,7 @@ import functools
 import json
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ NAME = "tokenizer"
 # Loading two large tokenizers and rendering a template takes a few seconds.
 CHILD_TIMEOUT_S = 120.0
 _CHILD = "from specdeploy.pairing.tokenizer import child_main; child_main()"
+_ONE_CHILD = threading.Lock()
 
 # (model id, tokenizer directory, (file name, size, mtime) of each tokenizer file there)
 _Side = tuple[str, str | None, tuple[tuple[str, int, int], ...]]
@@ -43,7 +45,10 @@ def check_tokenizer(v: ModelInfo, s: ModelInfo) -> api.CheckResult:
         why = v.tokenizer_note or f"no tokenizer files for verifier {v.model_id}"
         return check_result(NAME, "Skipped", "TokenizerUnavailable", why)
     try:
-        return _in_child(_side(v), _side(s)).model_copy()
+        # One child at a time: passes of many resources over the same new pair (an operator
+        # restart) wait for the first one's answer instead of each loading the tokenizers.
+        with _ONE_CHILD:
+            return _in_child(_side(v), _side(s)).model_copy()
     except _ChildFailed as exc:
         return check_result(NAME, "Skipped", "TokenizerUnavailable", f"tokenizer: {exc}")
 
