@@ -9,6 +9,7 @@ not change within a revision, so each pair costs one child process.
 
 from __future__ import annotations
 
+import filecmp
 import functools
 import json
 import subprocess
@@ -34,9 +35,14 @@ _ONE_CHILD = threading.Lock()
 _Side = tuple[str, str | None, tuple[tuple[str, int, int], ...]]
 
 
-def _tokenizer_json(directory: Path) -> Any:
-    path = directory / "tokenizer.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+def _same_tokenizer_json(a: Path, b: Path) -> bool:
+    """Whether both directories hold the same tokenizer.json bytes (or neither has one): then
+    the draft's tokenizer need not be loaded. Compared as bytes, not parsed: a 150k-token
+    tokenizer.json is about 100 MiB as Python objects."""
+    first, second = a / "tokenizer.json", b / "tokenizer.json"
+    if not first.is_file() or not second.is_file():
+        return first.is_file() == second.is_file()
+    return filecmp.cmp(first, second, shallow=False)
 
 
 def check_tokenizer(v: ModelInfo, s: ModelInfo) -> api.CheckResult:
@@ -125,7 +131,7 @@ def check_in_process(v: ModelInfo, s: ModelInfo) -> api.CheckResult:
             name, "Failed", "TokenizerMismatch", f"tokenizer: verifier {v.model_id}'s does not load: {exc}"
         )
     problems: list[tuple[str, str]] = []
-    if s.tokenizer_dir is not None and _tokenizer_json(s.tokenizer_dir) != _tokenizer_json(v.tokenizer_dir):
+    if s.tokenizer_dir is not None and not _same_tokenizer_json(s.tokenizer_dir, v.tokenizer_dir):
         try:
             draft_vocab: dict[str, int] = AutoTokenizer.from_pretrained(str(s.tokenizer_dir)).get_vocab()
         except Exception as exc:  # as above
