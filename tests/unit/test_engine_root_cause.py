@@ -71,7 +71,7 @@ def test_the_outermost_of_chained_exceptions_and_plain_error_lines() -> None:
         "ValueError: no weight fc.weight in the checkpoint\n"
     )
     assert root_cause(chained, ()) == "ValueError: no weight fc.weight in the checkpoint"
-    colored = "\x1b[1;31mERROR 12-06 04:40:01 [core.py:1] torch.OutOfMemoryError: CUDA out of memory.\x1b[0m\n"
+    colored = "\x1b[1;31mERROR 12-06 04:40:01 [core.py:1] torch.OutOfMemoryError: CUDA out of memory.\x1b[0m"
     assert root_cause(colored, ()) == "torch.OutOfMemoryError: CUDA out of memory."
 
 
