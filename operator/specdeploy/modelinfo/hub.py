@@ -67,8 +67,12 @@ def default_endpoint() -> str | None:
 
 
 class BoundExceeded(Exception):
-    """A file the tokenizer download refuses: above its byte limit, or not received in time.
-    The message names the file, the model and the bound."""
+    """A file the tokenizer download refuses: above its byte limit, or not received in time
+    (``transient``: a later try may succeed). The message names the file, the model and the bound."""
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 class _MissingFile(Exception):
@@ -174,7 +178,7 @@ class HubFetcher:
         directory: Path | None = None
         for name in names:
             if time.monotonic() > deadline:
-                raise BoundExceeded(f"{name} of {self.model}@{self.revision} was not fetched in time")
+                raise self._late(name)
             meta = self._with_retries(name, partial(self._head, name, required=False), required=False)
             if meta is None:
                 continue
@@ -195,7 +199,7 @@ class HubFetcher:
 
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise BoundExceeded(f"{filename} of {self.model}@{self.revision} was not fetched in time")
+            raise self._late(filename)
         url = hf_hub_url(self.model, filename, revision=self.revision, endpoint=self.endpoint)
         target.parent.mkdir(parents=True, exist_ok=True)
         part = target.with_name(f".{target.name}.{os.getpid()}-{threading.get_ident()}.part")
@@ -218,10 +222,7 @@ class HubFetcher:
                     if received > max_bytes:
                         raise BoundExceeded(_too_large(filename, self.model, received, max_bytes))
                     if time.monotonic() > deadline:
-                        raise BoundExceeded(
-                            f"{filename} of {self.model}@{self.revision} was not received in time "
-                            f"({received} bytes so far)"
-                        )
+                        raise self._late(filename, f" ({received} bytes so far)")
                     out.write(chunk)
             os.replace(part, target)
         finally:
@@ -266,6 +267,11 @@ class HubFetcher:
                 if len(body) >= skip + count:
                     break
         return bytes(body[skip : skip + count])
+
+    def _late(self, filename: str, detail: str = "") -> BoundExceeded:
+        return BoundExceeded(
+            f"{filename} of {self.model}@{self.revision} was not received in time{detail}", transient=True
+        )
 
     def _head(self, filename: str, *, required: bool) -> HfFileMetadata:
         """HEAD ``filename``: its metadata when it is there.

@@ -220,8 +220,7 @@ class ModelResolver:
                     TOKENIZER_FILES, root, max_bytes=self.tokenizer_max_bytes, deadline=deadline
                 )
         except BoundExceeded as exc:
-            too_slow = "in time" in str(exc)
-            return _Tokenizer(None, str(exc), retry_at if too_slow else None)
+            return _Tokenizer(None, str(exc), retry_at if exc.transient else None)
         except ModelUnavailable as exc:
             return _Tokenizer(None, f"tokenizer files: {exc}", retry_at)
         if directory is None:
