@@ -112,6 +112,7 @@ def compute(
     read_secret: SecretReader | None = None,
     leader_worker_sets: bool = True,
     defaults: children.PodDefaults = children.NO_DEFAULTS,
+    tokenizers: bool = False,
 ) -> Desired:
     """Desired state of one SpeculativeDeployment given the GPUs the cluster has.
 
@@ -119,7 +120,9 @@ def compute(
     token the resource names is used for the pairing check's downloads too.
     ``leader_worker_sets`` says whether the cluster serves LeaderWorkerSet, which a replica on
     several nodes needs. ``defaults`` are the operator-wide ones for engine pods
-    (``children.defaults``), the hub token Secret among them.
+    (``children.defaults``), the hub token Secret among them. ``tokenizers`` fetches both models'
+    tokenizer files from the hub, so the pairing check's tokenizer rule runs (the operator does;
+    ``render``, whose output is the children alone, does not).
     """
     meta = body.get("metadata", {})
     namespace = meta.get("namespace", "default")
@@ -133,6 +136,7 @@ def compute(
             _overrides(spec, namespace, read_configmap, progress),
             _token(spec, namespace, read_secret, defaults, progress),
             progress,
+            tokenizers,
         )
         effective = pairing.effective_spec(spec, resolved)
         _check_engine_rules(effective, progress)
@@ -189,10 +193,13 @@ def _verified_pair(
     overrides: dict[str, dict[str, Any]],
     token: str | None,
     progress: _Progress,
+    tokenizers: bool,
 ) -> pairing.ResolvedPair:
     """The pair the spec means, checked; an unreachable model is retried, a mismatch is not."""
     try:
-        resolved = pairing.resolve_pair(spec, resolver, overrides=overrides, token=token)
+        resolved = pairing.resolve_pair(
+            spec, resolver, overrides=overrides, token=token, want_tokenizer=tokenizers
+        )
     except ModelUnavailable as exc:
         progress.condition(api.PAIRING_VERIFIED, "Unknown", exc.reason, str(exc))
         progress.block(exc.reason, str(exc), retry=True)

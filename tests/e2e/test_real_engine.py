@@ -175,20 +175,29 @@ def test_a_refused_pair_never_reaches_an_engine(
 
 
 def test_an_engine_that_fails_to_load_shows_its_error_in_status(
-    pairs: dict[str, str], k: Kubectl, wait: WaitFor
+    engine_operator: LocalOperator, k: Kubectl, wait: WaitFor
 ) -> None:
+    """The broken draft passes the pairing check (the tokenizer rule too, on the files the
+    operator fetched through the sandbox's hub), then vLLM fails to load it. Its log ends with
+    "Engine core initialization failed. See root cause above.": Degraded names the real error,
+    read from the crashed run's log, and that pointer after it."""
     name = "broken-draft"
     k("apply", "-n", NS, "-f", "-", input=resource(name, tiny_models.BROKEN))
-    body = wait(
-        lambda: sdep_when(k, name, "Degraded", "True"),
-        ENGINE_READY_S,
-        "the engine failure in status",
-    )
+
+    def explained() -> dict[str, Any] | None:
+        body = sdep_when(k, name, "Degraded", "True")
+        return body if body and "Tried to load weights" in condition(body, "Degraded")["message"] else None
+
+    body = wait(explained, ENGINE_READY_S, "the engine's root cause in status")
     degraded = condition(body, "Degraded")
     assert degraded["reason"] == "EngineCrashLoop", degraded
-    assert "exited with code 1" in degraded["message"], degraded
-    assert "Engine core initialization failed" in degraded["message"], degraded
+    head, cause = degraded["message"].split(": ", 1)
+    assert head.startswith(f"pod {name}-") and "exited with code 1" in head, degraded
+    assert cause.startswith("AssertionError: Tried to load weights of size torch.Size([128, 128])"), degraded
+    assert "(the log ends: RuntimeError: Engine core initialization failed. See root cause above." in cause
     assert condition(body, "Ready")["status"] == "False"
+    (tokenizer,) = [c for c in body["status"]["pairing"]["checks"] if c["name"] == "tokenizer"]
+    assert (tokenizer["status"], tokenizer["reason"]) == ("Passed", "Match"), tokenizer
     posted = events(k, NS, name)
     assert any(e["reason"] == "EngineCrashLoop" and e["type"] == "Warning" for e in posted), posted
     k("delete", "-n", NS, "sdep", name)

@@ -140,7 +140,7 @@ def test_a_multi_node_resource_runs_as_a_group_scales_and_is_repaired(
     # LeaderWorkerSet's status can count a group ready a moment before the last pod's own status
     # says so (seen once with the machine under load): the four pods, once all are Ready.
     pods = wait_for(
-        lambda: (found if len(found := ready_pods(group_pods(kubectl, namespace, name))) == 4 else None),
+        lambda: found if len(found := ready_pods(group_pods(kubectl, namespace, name))) == 4 else None,
         30,
         "four Ready pods in the two groups",
     )

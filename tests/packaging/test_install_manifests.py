@@ -237,6 +237,7 @@ NAMESPACED = {
     *{("policy", "poddisruptionbudgets", v) for v in ("get", "list", "watch", "create", "patch")},
     ("", "pods", "list"),
     ("", "pods", "watch"),
+    ("", "pods/log", "get"),
     ("", "configmaps", "get"),
     ("", "events", "create"),
 }

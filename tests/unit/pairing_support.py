@@ -21,9 +21,7 @@ WORDS = ["<|im_start|>", "<|im_end|>", "user", "assistant", "Explain", "speculat
 
 def fixture(name: str, model_id: str, tokenizer_dir: Path | None = None) -> ModelInfo:
     """A fixture config as the metadata the resolver would return for ``model_id``."""
-    meta = info_from_config(
-        model_id, json.loads((FIXTURES / f"{name}.json").read_text()), source="inline"
-    )
+    meta = info_from_config(model_id, json.loads((FIXTURES / f"{name}.json").read_text()), source="inline")
     if tokenizer_dir is None:
         return meta
     return ModelInfo(

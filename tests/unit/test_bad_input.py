@@ -319,9 +319,12 @@ def test_which_apiserver_answers_to_an_apply_are_refusals(status: int, message: 
     error.body = json.dumps({"kind": "Status", "message": message, "code": status})
     kube = KubeClient()
     manifest = {"kind": "Deployment", "metadata": {"name": "pair", "namespace": NAMESPACE}}
-    with mock.patch.object(
-        KubeClient, "apps", mock.Mock(**{"patch_namespaced_deployment.side_effect": error})
-    ), pytest.raises(Refused if refused else ApiError) as raised:
+    with (
+        mock.patch.object(
+            KubeClient, "apps", mock.Mock(**{"patch_namespaced_deployment.side_effect": error})
+        ),
+        pytest.raises(Refused if refused else ApiError) as raised,
+    ):
         kube.apply(manifest)
     assert message in str(raised.value)
 

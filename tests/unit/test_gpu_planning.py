@@ -342,9 +342,7 @@ def test_empty_inventory() -> None:
 def test_max_model_len_default_is_capped_and_reported() -> None:
     assert planned(run(spec(), qwen3_30b_a3b())).max_model_len == planning.DEFAULT_MAX_MODEL_LEN
     short = dict(qwen3_32b().config, max_position_embeddings=4096)
-    assert (
-        planned(run(spec(QWEN3_32B), ModelInfo(QWEN3_32B, None, short, "inline"))).max_model_len == 4096
-    )
+    assert planned(run(spec(QWEN3_32B), ModelInfo(QWEN3_32B, None, short, "inline"))).max_model_len == 4096
 
 
 def test_user_max_model_len_is_used() -> None:

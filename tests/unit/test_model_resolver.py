@@ -192,7 +192,8 @@ def test_hub_download_path_resolves_config_weights_and_tokenizer(hub: str, tmp_p
     assert any(f"/resolve/{COMMIT}/config.json" in path for _, path in HubHandler.requests)
 
     seen = len(HubHandler.requests)
-    assert resolver.resolve("hub-org/tiny-verifier", endpoint=hub) is verifier
+    assert resolver.resolve("hub-org/tiny-verifier", endpoint=hub, want_tokenizer=True) == verifier
+    assert resolver.resolve("hub-org/tiny-verifier", endpoint=hub).tokenizer_dir is None
     assert len(HubHandler.requests) == seen, "a cached model must not be refetched"
 
     pytest.importorskip("jinja2")
@@ -335,3 +336,94 @@ def test_inline_config() -> None:
         with pytest.raises(ModelUnavailable) as caught:
             info_from_config("org/model", bad)
         assert caught.value.reason == "InvalidConfig" and "org/model" in caught.value.message
+
+
+def test_a_tokenizer_file_above_the_byte_limit_is_skipped_naming_the_limit(hub: str, tmp_path: Path) -> None:
+    """The HEAD's size refuses it before any byte is downloaded; the rule says why it skipped."""
+    HubHandler.files[("hub-org/tiny-verifier", "tokenizer.json")] = Sparse(b"{", 2 * 2**20)
+    resolver = ModelResolver(cache_dir=tmp_path / "c", retry=FAST, tokenizer_max_bytes=2**20)
+    verifier = resolver.resolve("hub-org/tiny-verifier", endpoint=hub, want_tokenizer=True)
+    assert verifier.tokenizer_dir is None
+    assert (
+        verifier.tokenizer_note == "tokenizer.json of hub-org/tiny-verifier is 2.0 MiB, above the 1 MiB limit"
+    )
+    assert ("tokenizer.json", "") not in HubHandler.gets
+    speculator = resolver.resolve("hub-org/tiny-speculator.eagle3", endpoint=hub)
+    check = check_pair(verifier, speculator, engine="vllm").check("tokenizer")
+    assert (check.status, check.reason, check.message) == (
+        "Skipped",
+        "TokenizerUnavailable",
+        verifier.tokenizer_note,
+    )
+    # Remembered for the revision: the next pass does not ask again.
+    seen = len(HubHandler.requests)
+    assert resolver.resolve("hub-org/tiny-verifier", endpoint=hub, want_tokenizer=True) == verifier
+    assert len(HubHandler.requests) == seen
+
+
+class StallingHub(HubHandler):
+    """Answers HEAD as the Hub does; a GET of tokenizer.json sends its headers, then ``trickle``
+    bytes a second (0: nothing) until the client gives up."""
+
+    trickle: ClassVar[int] = 0
+
+    def do_GET(self) -> None:
+        if not self.path.endswith("/tokenizer.json"):
+            super().do_GET()
+            return
+        self.requests.append((self.command, self.path))
+        self.send_response(200)
+        self.send_header("Content-Length", str(10**6))
+        self.end_headers()
+        deadline = time.monotonic() + 10
+        try:
+            while time.monotonic() < deadline:
+                if self.trickle:
+                    self.wfile.write(b" " * self.trickle)
+                    self.wfile.flush()
+                time.sleep(0.1)
+        except OSError:
+            return
+
+
+@pytest.mark.parametrize(
+    ("trickle", "note"),
+    [
+        (
+            0,
+            "tokenizer files: cannot fetch tokenizer.json of hub-org/tiny-verifier@main from {hub} "
+            "after 1 attempts",
+        ),
+        (10, "tokenizer.json of hub-org/tiny-verifier@main was not received in time"),
+    ],
+)
+def test_a_hub_that_stalls_skips_the_rule_within_the_bounds(
+    hub: str, tmp_path: Path, trickle: int, note: str
+) -> None:
+    """A stalled response ends at the request timeout; one that trickles bytes at the lookup's
+    deadline. Either way the pass goes on, and the lookup is retried after a while."""
+    StallingHub.trickle = trickle
+    now = [0.0]
+    resolver = ModelResolver(
+        cache_dir=tmp_path / "c", retry=FAST, tokenizer_deadline=1.5, clock=lambda: now[0], negative_ttl=60
+    )
+    with loopback.serve(StallingHub) as stalling:
+        started = time.monotonic()
+        verifier = resolver.resolve("hub-org/tiny-verifier", endpoint=stalling, want_tokenizer=True)
+        took = time.monotonic() - started
+        assert verifier.tokenizer_dir is None
+        assert (verifier.tokenizer_note or "").startswith(note.format(hub=stalling)), verifier.tokenizer_note
+        assert took < 4, f"the lookup took {took:.1f}s"
+        assert not list((tmp_path / "c").rglob("*.part")), "a partial download was left behind"
+        assert tokenizer_gets() == 1
+        resolver.resolve("hub-org/tiny-verifier", endpoint=stalling, want_tokenizer=True)
+        assert tokenizer_gets() == 1
+        now[0] = 61.0
+        resolver.resolve("hub-org/tiny-verifier", endpoint=stalling, want_tokenizer=True)
+        assert tokenizer_gets() == 2
+
+
+def tokenizer_gets() -> int:
+    return sum(
+        1 for method, path in HubHandler.requests if method == "GET" and path.endswith("/tokenizer.json")
+    )

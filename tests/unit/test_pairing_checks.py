@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pairing_support import BROKEN_TEMPLATE, PLAIN_TEMPLATE, fixture, write_tokenizer
 from specdeploy.modelinfo import ModelResolver, catalog
-from specdeploy.pairing import check_pair
+from specdeploy.pairing import check_pair, tokenizer
 
 QWEN3_30B = "Qwen/Qwen3-30B-A3B-Instruct-2507"
 QWEN3_CODER = "Qwen/Qwen3-Coder-30B-A3B-Instruct"
@@ -261,3 +265,54 @@ def test_a_broken_verifier_chat_template_fails(tmp_path: Path, template: str | N
     )
     assert (check.status, check.reason) == ("Failed", "ChatTemplateBroken")
     assert expected in check.message
+
+
+def test_the_rule_runs_in_one_child_process_per_pair_of_tokenizer_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """transformers never enters the calling process (the operator's memory); the same files
+    again are answered from memory, a changed file is a new pair."""
+    pytest.importorskip("jinja2")
+    children: list[object] = []
+    spawn = tokenizer.subprocess.run
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        children.append(args)
+        return spawn(*args, **kwargs)
+
+    monkeypatch.setattr(tokenizer.subprocess, "run", counted)
+    verifier = fixture("verifier-qwen3-8b", QWEN3_8B, write_tokenizer(tmp_path / "v"))
+    speculator = fixture("speculator-redhat-qwen3-8b", "x/draft", write_tokenizer(tmp_path / "s"))
+    first = tokenizer.check_tokenizer(verifier, speculator)
+    assert (first.status, first.reason) == ("Passed", "Match")
+    assert tokenizer.check_tokenizer(verifier, speculator) == first
+    assert len(children) == 1
+    write_tokenizer(tmp_path / "s", extra_words=1)
+    assert tokenizer.check_tokenizer(verifier, speculator).reason == "TokenizerMismatch"
+    assert len(children) == 2
+
+    probe = (
+        "import sys; from pathlib import Path; from pairing_support import fixture; "
+        "from specdeploy.pairing.tokenizer import check_tokenizer; "
+        f"v = fixture('verifier-qwen3-8b', 'Qwen/Qwen3-8B', Path({str(tmp_path / 'v')!r})); "
+        "print(check_tokenizer(v, fixture('speculator-redhat-qwen3-8b', 'x/d')).status, "
+        "'transformers' in sys.modules)"
+    )
+    here = str(Path(__file__).parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.split() == ["Passed", "False"], out.stderr
+
+
+def test_a_child_that_gives_no_answer_skips_the_rule_and_is_tried_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    verifier = fixture("verifier-qwen3-8b", QWEN3_8B, write_tokenizer(tmp_path / "v"))
+    monkeypatch.setattr(tokenizer, "_CHILD", "import sys; print('boom', file=sys.stderr); sys.exit(3)")
+    check = tokenizer.check_tokenizer(verifier, fixture("speculator-redhat-qwen3-8b", "x/d"))
+    assert (check.status, check.reason) == ("Skipped", "TokenizerUnavailable")
+    assert check.message == "tokenizer: the check's process exited 3: boom"
+    monkeypatch.undo()
+    assert (
+        tokenizer.check_tokenizer(verifier, fixture("speculator-redhat-qwen3-8b", "x/d")).status == "Passed"
+    )

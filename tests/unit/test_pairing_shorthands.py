@@ -32,9 +32,7 @@ def test_speculator_only_fills_the_declared_verifier() -> None:
 
 
 def test_speculator_only_original_format_uses_the_catalog() -> None:
-    resolved = resolve_pair(
-        spec(speculator={"model": SGL_CODER}, engine={"name": "sglang"}), ModelResolver()
-    )
+    resolved = resolve_pair(spec(speculator={"model": SGL_CODER}, engine={"name": "sglang"}), ModelResolver())
     assert resolved.verifier_id == "Qwen/Qwen3-Coder-30B-A3B-Instruct"
     assert "the catalog says speculator" in resolved.notes[0]
 
@@ -158,6 +156,4 @@ def test_offline_resolution_never_touches_the_network() -> None:
         resolve_pair(unknown, ModelResolver(), offline=True)
     pinned = spec(verifier={"model": "Qwen/Qwen3-8B", "revision": "v2"}, speculator={"model": "x/d"})
     with pytest.raises(ModelUnavailable):
-        resolve_pair(
-            pinned, ModelResolver(), offline=True, overrides={"speculator": {"model_type": "llama"}}
-        )
+        resolve_pair(pinned, ModelResolver(), offline=True, overrides={"speculator": {"model_type": "llama"}})

@@ -149,7 +149,7 @@ def test_projection_keeps_only_what_status_needs() -> None:
     assert engine.waiting_reason == "CrashLoopBackOff"
     assert engine.waiting_message.startswith("back-off 40s restarting failed container=engine")
     assert engine.terminated is None
-    assert engine.last_terminated == pods.Termination(1, "Error", VLLM_CRASH.strip())
+    assert engine.last_terminated == pods.Termination(1, "Error", VLLM_CRASH.strip(), "2025-09-12T10:14:04Z")
 
 
 def test_projection_truncates_termination_messages_keeping_their_end() -> None:
@@ -509,3 +509,85 @@ def test_the_engine_container_keeps_its_log_tail_as_termination_message(harness:
     assert harness.run() == "converged"
     (engine,) = applied(harness.kube, "Deployment")["spec"]["template"]["spec"]["containers"]
     assert engine["terminationMessagePolicy"] == "FallbackToLogsOnError"
+
+
+# ---------------------------------------------------------------------------------------------
+# The root cause from the crashed run's log
+# ---------------------------------------------------------------------------------------------
+
+ROOT_CAUSE = "ValueError: fc.weight has shape (128, 128), the checkpoint (128, 384)"
+ENGINE_LOG = f"""\
+(EngineCore_DP0 pid=97) ERROR 09-12 10:14:02 [core.py:700] EngineCore failed to start.
+(EngineCore_DP0 pid=97) ERROR 09-12 10:14:02 [core.py:700] Traceback (most recent call last):
+(EngineCore_DP0 pid=97) ERROR 09-12 10:14:02 [core.py:700]   File "core.py", line 83, in __init__
+(EngineCore_DP0 pid=97) ERROR 09-12 10:14:02 [core.py:700]     self.model_executor = executor(config)
+(EngineCore_DP0 pid=97) ERROR 09-12 10:14:02 [core.py:700] {ROOT_CAUSE}
+{"".join(f"(APIServer pid=1) shutting down {i}{chr(10)}" for i in range(120))}\
+Traceback (most recent call last):
+  File "/usr/local/bin/vllm", line 10, in <module>
+    sys.exit(main())
+{LAST_LINE}
+"""
+
+
+def crashed_run(finished: str, restarts: int = 1) -> dict[str, Any]:
+    """A crash loop whose last run ended at ``finished`` (each restart is a new run)."""
+    body = crash_loop(VLLM_CRASH, restarts=restarts)
+    container = body["status"]["containerStatuses"][0]
+    container["lastState"]["terminated"]["finishedAt"] = finished
+    body["metadata"]["labels"]["specdeploy.io/engine"] = "vllm"
+    return body
+
+
+def test_a_crashed_runs_log_is_read_once_and_its_root_cause_named(harness: Harness) -> None:
+    """The termination message ends with vLLM's pointer; the log's end has the error: one read per
+    run, bounded, and Degraded names the error with the log's last line after it."""
+    converge_seed(harness)
+    harness.kube.logs[POD] = ENGINE_LOG
+    assert _pod_event(harness, crashed_run("2025-09-12T10:14:04Z")) == (1, 1)
+    assert harness.kube.log_reads == [
+        (NAMESPACE, pods.LogRead(POD, "engine", previous=True, finished="2025-09-12T10:14:04Z"))
+    ]
+    degraded = next(c for c in harness.kube.status_patches[-1][1]["conditions"] if c["type"] == api.DEGRADED)
+    assert degraded["message"] == (
+        f"pod {POD} container engine exited with code 1 (Error) and was restarted: "
+        f"{ROOT_CAUSE} (the log ends: {LAST_LINE})"
+    )
+    _deliver_status(harness, "30")
+
+    # Another pass, or another event of the same run (the count moved): no second read.
+    assert harness.run() == "converged"
+    _pod_event(harness, crashed_run("2025-09-12T10:14:04Z", restarts=2))
+    assert len(harness.kube.log_reads) == 1
+    # The next run that crashes is read once; a log without an exception keeps the message.
+    harness.kube.logs[POD] = "INFO nothing to see\n" + LAST_LINE
+    _pod_event(harness, crashed_run("2025-09-12T10:16:40Z", restarts=3))
+    _pod_event(harness, crashed_run("2025-09-12T10:16:40Z", restarts=3))
+    assert [read.finished for _, read in harness.kube.log_reads] == [
+        "2025-09-12T10:14:04Z",
+        "2025-09-12T10:16:40Z",
+    ]
+    degraded = next(c for c in harness.kube.status_patches[-1][1]["conditions"] if c["type"] == api.DEGRADED)
+    assert degraded["message"].endswith(f"restarted: {VLLM_CRASH.strip()}")
+
+    # Healthy again: nothing is kept for the pod.
+    harness.view.deployments[KEY]["status"] = rolled_out()
+    _pod_event(harness, pod_body(ready=True, restarts=3))
+    assert len(harness.reconciler.engine_logs) == 0
+
+
+def test_no_log_is_read_for_runs_that_say_nothing_of_a_cause(harness: Harness) -> None:
+    """An OOM kill, an image pull failure, a clean exit or an unreadable log: no (second) read."""
+    converge_seed(harness)
+    oom = pod_body(
+        state=waiting("CrashLoopBackOff", "back-off"), last_state=terminated(137, "OOMKilled"), restarts=1
+    )
+    _pod_event(harness, oom)
+    _pod_event(harness, pod_body(state=waiting("ImagePullBackOff", "back-off")))
+    _pod_event(harness, pod_body(last_state=terminated(0, "Completed"), restarts=1))
+    assert harness.kube.log_reads == []
+    _pod_event(harness, crashed_run("2025-09-12T10:14:04Z"))  # no log to read (403, say)
+    assert harness.run() == "converged"
+    assert len(harness.kube.log_reads) == 1
+    degraded = next(c for c in harness.kube.status_patches[-1][1]["conditions"] if c["type"] == api.DEGRADED)
+    assert degraded["message"].endswith(LAST_LINE)

@@ -27,7 +27,7 @@ from fake_timers import FakeTimers
 from specdeploy import api, pipeline
 from specdeploy.controller import admission, diffing, status
 from specdeploy.controller.kube import Refused
-from specdeploy.controller.pods import PodView
+from specdeploy.controller.pods import LogRead, PodView
 from specdeploy.controller.reconcile import GpuInventory, Reconciler
 from specdeploy.controller.workqueue import RETRY_MIN_SECONDS, Key
 from specdeploy.modelinfo import ModelResolver
@@ -112,6 +112,9 @@ class FakeKube:
     deletes: list[tuple[str, str]] = field(default_factory=list)
     # kind -> the message the apiserver refuses that kind's apply with
     refuse: dict[str, str] = field(default_factory=dict)
+    # pod name -> the end of its log (a missing pod: the log cannot be read)
+    logs: dict[str, str] = field(default_factory=dict)
+    log_reads: list[tuple[str, LogRead]] = field(default_factory=list)
 
     def apply(self, manifest: dict[str, Any]) -> None:
         if manifest["kind"] in self.refuse:
@@ -131,6 +134,10 @@ class FakeKube:
     def read_secret(self, namespace: str, name: str, key: str) -> bytes | None:
         self.reads.append(("secret", namespace, name, key))
         return None
+
+    def read_log(self, namespace: str, read: LogRead) -> str | None:
+        self.log_reads.append((namespace, read))
+        return self.logs.get(read.pod)
 
     def writes(self) -> int:
         return len(self.applies) + len(self.status_patches) + len(self.deletes)

@@ -94,6 +94,10 @@ app.kubernetes.io/part-of: specdeploy
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch"]
+{{- /* Read-only: the end of a crashed engine run's log, once per run, for its root cause. */}}
+- apiGroups: [""]
+  resources: ["pods/log"]
+  verbs: ["get"]
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get"]

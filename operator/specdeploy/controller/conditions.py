@@ -32,6 +32,7 @@ def merge(
     stored = {c.get("type"): c for c in current}
     merged: list[dict[str, Any]] = []
     transitions: list[Transition] = []
+
     def rank(c: Condition) -> int:
         return CONDITION_ORDER.index(c.type) if c.type in CONDITION_ORDER else len(CONDITION_ORDER)
 

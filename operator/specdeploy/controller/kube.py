@@ -16,6 +16,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from specdeploy import __version__, api, children
+from specdeploy.controller.pods import LOG_LIMIT_BYTES, LOG_TAIL_LINES, LOG_TIMEOUT_S, LogRead
 from specdeploy.pipeline import ReadFailed, Unreachable
 
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
@@ -242,6 +243,32 @@ class KubeClient:
         except ApiException as exc:
             where = f"{meta['namespace']}/{meta['name']}"
             log.warning("could not post event %s on %s: %s", reason, where, refusal_message(exc))
+
+    def read_log(self, namespace: str, read: LogRead) -> str | None:
+        """The end of a crashed engine run's log (``LOG_TAIL_LINES``, at most ``LOG_LIMIT_BYTES``);
+        None when it cannot be read (no ``pods/log`` permission, the run's log is gone), which
+        leaves the termination message as the only detail."""
+        try:
+            response = self.core.read_namespaced_pod_log(
+                read.pod,
+                namespace,
+                container=read.container,
+                previous=read.previous,
+                tail_lines=LOG_TAIL_LINES,
+                limit_bytes=LOG_LIMIT_BYTES,
+                _preload_content=False,
+                _request_timeout=LOG_TIMEOUT_S,
+            )
+            # A urllib3 response (unparsed), though the client's stubs type it as the text.
+            raw = cast(Any, response)
+            data = bytes(raw.data)
+            raw.release_conn()
+            return data.decode("utf-8", errors="replace")
+        except ApiException as exc:
+            log.warning("cannot read the log of %s/%s: %s", namespace, read.pod, refusal_message(exc))
+        except urllib3.exceptions.HTTPError as exc:
+            log.warning("cannot read the log of %s/%s: %s", namespace, read.pod, exc)
+        return None
 
     def read_configmap(self, namespace: str, name: str) -> dict[str, str] | None:
         """Data of a ConfigMap, or None when it does not exist (ReadFailed on any other refusal)."""

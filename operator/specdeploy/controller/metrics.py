@@ -31,6 +31,12 @@ ENGINE_READS = Counter(
     "ok, unreachable, no_speculation, unparsable or unknown_engine.",
     ["outcome"],
 )
+ENGINE_LOG_READS = Counter(
+    "specdeploy_engine_log_reads_total",
+    "Reads of a crashed engine run's log for its root cause (one per run), by outcome: "
+    "cause (found), none (read, nothing found) or unreadable.",
+    ["outcome"],
+)
 ENGINE_READ_ROUND_SECONDS = Histogram(
     "specdeploy_engine_metrics_round_duration_seconds",
     "Time one round of engine metrics reads took (all resources).",

@@ -4,7 +4,11 @@ The pod watch stores a small projection of each engine pod instead of its body (
 bounded at thousands of resources) and derives from it the one failure status reports: a
 condition reason and a message that ends with the engine's own error (the container's
 termination message; the engine container sets ``FallbackToLogsOnError``, so for a crashed
-engine that is the tail of its log). No kopf here: the handlers module feeds pod bodies in.
+engine that is the tail of its log). That tail often ends with a generic line ("Engine core
+initialization failed. See root cause above."), the real error sitting a hundred lines above:
+``EngineLogs`` has the reconciler read the end of a crashed run's log once (bounded) and keeps
+the root cause the engine module picks from it. No kopf here: the handlers module feeds pod
+bodies in.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -46,13 +50,22 @@ STARTING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
+# What a log read asks for: enough lines to reach a root cause above an engine's shutdown noise
+# (vLLM prints about 120 after it), and a byte cap in case those lines are huge.
+LOG_TAIL_LINES = 300
+LOG_LIMIT_BYTES = 256 * 1024
+LOG_TIMEOUT_S = 10.0
+
+
 @dataclass(frozen=True, slots=True)
 class Termination:
-    """A container's exit: its code, the kubelet's reason and the (tail of the) termination message."""
+    """A container's exit: its code, the kubelet's reason, the (tail of the) termination message
+    and when it finished (which tells one run from the next)."""
 
     exit_code: int
     reason: str
     message: str
+    finished: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +79,8 @@ class ContainerView:
     waiting_message: str
     terminated: Termination | None
     last_terminated: Termination | None
+    # The root cause read from the log of the run that ended (``EngineLogs.annotate``).
+    cause: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +138,7 @@ def _termination(state: Mapping[str, Any] | None) -> Termination | None:
         exit_code=int(terminated.get("exitCode") or 0),
         reason=str(terminated.get("reason") or ""),
         message=_tail(terminated.get("message"), TERMINATION_TAIL),
+        finished=str(terminated.get("finishedAt") or terminated.get("startedAt") or ""),
     )
 
 
@@ -241,12 +257,21 @@ def _container_failure(pod: str, c: ContainerView) -> Failure | None:
         return Failure(OUT_OF_MEMORY, _message(head, ended.message))
     if ended is not None and (ended.exit_code != 0 or waiting == "CrashLoopBackOff"):
         head = f"{where} exited with code {ended.exit_code} ({_exit(ended)}){restarted}"
-        return Failure(CRASH_LOOP, _message(head, ended.message))
+        return Failure(CRASH_LOOP, _message(head, _crash_detail(ended, c.cause)))
     if waiting == "CrashLoopBackOff":
         return Failure(CRASH_LOOP, f"{where} keeps exiting and is restarted with back-off (CrashLoopBackOff)")
     if waiting is not None and waiting not in STARTING_REASONS:
         return Failure(START_FAILED, _message(f"{where} cannot start ({waiting})", c.waiting_message))
     return None
+
+
+def _crash_detail(ended: Termination, cause: str) -> str:
+    """The root cause from the log, then the log's last line; the termination message alone when
+    no cause was found."""
+    if not cause:
+        return ended.message
+    last = ended.message.splitlines()[-1].strip() if ended.message else ""
+    return cause if not last or last in cause else f"{cause} (the log ends: {last})"
 
 
 def pod_failure(pod: PodView) -> Failure | None:
@@ -290,3 +315,72 @@ class FailureMemory:
 
     def __len__(self) -> int:
         return len(self._seen)
+
+
+@dataclass(frozen=True, slots=True)
+class LogRead:
+    """One read of a crashed container's log: the run that ended (``finished``) and whether it is
+    the previous run (the container restarted since) or the current one (not yet restarted)."""
+
+    pod: str
+    container: str
+    previous: bool
+    finished: str
+
+
+def _crashed_run(pod: PodView) -> LogRead | None:
+    """The engine container's run that ended with an error, if the pod fails because of it
+    (not for OOM kills, whose log says nothing of the cause)."""
+    if pod.ready or pod.deleting or pod.phase in TERMINAL_PHASES:
+        return None
+    for c in pod.containers:
+        if c.name != ENGINE_CONTAINER:
+            continue
+        for previous, ended in ((False, c.terminated), (True, c.last_terminated)):
+            if ended is not None and ended.exit_code != 0 and ended.reason != "OOMKilled":
+                return LogRead(pod.name, c.name, previous and c.terminated is None, ended.finished)
+    return None
+
+
+class EngineLogs:
+    """The root causes read from crashed engine runs' logs: one read per run that ended with an
+    error (a run is known by when it finished, so its state moving from ``terminated`` to
+    ``lastState`` is no new read). Holds failing pods only, like ``FailureMemory``."""
+
+    def __init__(self) -> None:
+        self._causes: dict[tuple[str | None, str], tuple[str, str]] = {}
+
+    def due(self, namespace: str | None, pods: Iterable[PodView]) -> list[LogRead]:
+        """The reads the failing pods call for that have not been made."""
+        wanted = (_crashed_run(pod) for pod in pods)
+        return [
+            read
+            for read in wanted
+            if read is not None and self._causes.get((namespace, read.pod), ("", ""))[0] != read.finished
+        ]
+
+    def record(self, namespace: str | None, read: LogRead, cause: str) -> None:
+        """What a read found ("" for nothing: the run is not read again either)."""
+        self._causes[(namespace, read.pod)] = (read.finished, cause)
+
+    def annotate(self, namespace: str | None, pods: Iterable[PodView]) -> list[PodView]:
+        """``pods`` with each crashed engine container's root cause, where one was read for that run."""
+        annotated = []
+        for pod in pods:
+            found = self._causes.get((namespace, pod.name))
+            read = _crashed_run(pod) if found and found[1] else None
+            if found is None or read is None or read.finished != found[0]:
+                annotated.append(pod)
+                continue
+            containers = tuple(
+                replace(c, cause=found[1]) if c.name == read.container else c for c in pod.containers
+            )
+            annotated.append(replace(pod, containers=containers))
+        return annotated
+
+    def forget(self, namespace: str | None, pod: str) -> None:
+        """The pod is healthy again or gone."""
+        self._causes.pop((namespace, pod), None)
+
+    def __len__(self) -> int:
+        return len(self._causes)

@@ -18,13 +18,13 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-from specdeploy import api, pipeline
+from specdeploy import api, engines, pipeline
 from specdeploy.children import CHILD_KINDS, ENGINE_KINDS, NO_DEFAULTS, SERVICE, PodDefaults
 from specdeploy.controller import diffing, metrics, status
 from specdeploy.controller.conditions import Transition
 from specdeploy.controller.engine_metrics import EngineMetricsReader
 from specdeploy.controller.kube import KubeClient, Refused
-from specdeploy.controller.pods import FailureMemory, PodView, pod_failure
+from specdeploy.controller.pods import EngineLogs, FailureMemory, PodView, pod_failure
 from specdeploy.controller.workqueue import CallLater, Key, Outcome, WorkQueue, WriteLedger, loop_call_later
 from specdeploy.modelinfo import ModelResolver
 from specdeploy.planning import Inventory, inventory_from_nodes
@@ -102,6 +102,7 @@ class Reconciler:
         self.resolver = resolver or ModelResolver()
         self.gpus = GpuInventory()
         self.pod_failures = FailureMemory()
+        self.engine_logs = EngineLogs()
         self.ledger = WriteLedger()
         # As many passes at once as threads to make their API calls (controller-runtime's
         # MaxConcurrentReconciles); the rest wait holding only their key.
@@ -188,13 +189,18 @@ class Reconciler:
                 self.submit(key, view)
 
     def pod_changed(self, owner: Key, pod: str, projection: PodView | None, view: ClusterView) -> None:
-        """An engine pod of ``owner`` changed (None: deleted): reconcile only when its failure did.
+        """An engine pod of ``owner`` changed (None: deleted): reconcile only when its failure did,
+        or an engine run crashed whose log was not read yet.
 
         kopf calls on every pod event; readiness and phase reach status through the Deployment's
         own events, so only what the Degraded condition reports from pods is compared here.
         """
         failure = None if projection is None else pod_failure(projection)
-        if self.pod_failures.changed((owner[0], pod), failure):
+        if failure is None:
+            self.engine_logs.forget(owner[0], pod)
+        # A new crashed run is read for its root cause, even when its last lines are the same.
+        unread = projection is not None and bool(self.engine_logs.due(owner[0], [projection]))
+        if self.pod_failures.changed((owner[0], pod), failure) or unread:
             self.submit(owner, view)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
@@ -222,6 +228,7 @@ class Reconciler:
             self.kube.read_secret if self.read_secrets else None,
             self.leader_worker_sets,
             self.pod_defaults,
+            True,  # fetch tokenizer files: the pairing check's tokenizer rule runs in the cluster
         )
         desired = _stamped(desired)
         current = {kind.kind: view.child(kind.kind, key) for kind in CHILD_KINDS}
@@ -232,7 +239,7 @@ class Reconciler:
             body,
             desired,
             _engine_set(desired, current),
-            view.pods(key),
+            await self._with_root_causes(key, view.pods(key)),
             reading,
             reachable=current[SERVICE.kind] is not None,
         )
@@ -252,6 +259,19 @@ class Reconciler:
         if desired.retry:
             return "retry"
         return "blocked" if desired.blocked else "converged"
+
+    async def _with_root_causes(self, key: Key, pods: list[PodView]) -> list[PodView]:
+        """``pods`` with the root cause of each crashed engine run, its log read once per run."""
+        namespace = key[0]
+        for read in self.engine_logs.due(namespace, pods):
+            text = await self._run(self.kube.read_log, namespace, read)
+            engine = next((p.engine for p in pods if p.name == read.pod), "")
+            cause = engines.root_cause(engine, text) if text else None
+            metrics.ENGINE_LOG_READS.labels(
+                "unreadable" if text is None else "cause" if cause else "none"
+            ).inc()
+            self.engine_logs.record(namespace, read, cause or "")
+        return self.engine_logs.annotate(namespace, pods)
 
     async def _apply_children(
         self,

@@ -161,11 +161,16 @@ def acceptance_outdated(body: dict[str, Any], reading: acceptance.Reading, servi
     figures, condition = speculation(body, current.get("command") or [], reading, serving_pods)
     stored = _stored_condition(current)
     dumped = None if figures is None else figures.model_dump(by_alias=True, exclude_none=True)
-    return dumped != current.get("acceptance") or stored is None or (
-        stored.status,
-        stored.reason,
-        stored.message,
-    ) != (condition.status, condition.reason, condition.message)
+    return (
+        dumped != current.get("acceptance")
+        or stored is None
+        or (
+            stored.status,
+            stored.reason,
+            stored.message,
+        )
+        != (condition.status, condition.reason, condition.message)
+    )
 
 
 def status_for(

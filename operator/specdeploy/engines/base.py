@@ -102,6 +102,12 @@ class Engine(Protocol):
         reads itself, or one its command refers to as ``$(NAME)``, so the key is never in argv."""
         ...
 
+    @property
+    def startup_pointers(self) -> tuple[str, ...]:
+        """Parts of the error lines this engine prints after a failed start that only point back
+        at the real error (``engines.failures.root_cause`` passes over them)."""
+        ...
+
     def render(self, spec: api.SpeculativeDeploymentSpec) -> EngineLaunch:
         """The launch of ``spec``, which must be effective (see the module docstring)."""
         ...

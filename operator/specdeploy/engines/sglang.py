@@ -170,6 +170,12 @@ class SglangEngine:
     default_image: ClassVar[str] = DEFAULT_IMAGE
     port: ClassVar[int] = PORT
     api_key_env: ClassVar[str] = API_KEY_ENV
+    # The launcher's errors after a scheduler process failed (sglang/srt/entrypoints/engine.py).
+    startup_pointers: ClassVar[tuple[str, ...]] = (
+        "Please see the error messages above",
+        "It usually means the child failed",
+        "scheduler died during initialization",
+    )
 
     def command(self, spec: api.SpeculativeDeploymentSpec, node_rank: str = LEADER_RANK) -> list[str]:
         """The argv, in seed 003's order, with ``spec.engine.args`` last.

@@ -91,6 +91,9 @@ class VllmEngine:
     default_image: ClassVar[str] = DEFAULT_IMAGE
     port: ClassVar[int] = PORT
     api_key_env: ClassVar[str] = API_KEY_ENV
+    # The errors the engine core raises after a worker failed (v1/executor/multiproc_executor.py)
+    # and the API server after the engine core failed (v1/engine/utils.py).
+    startup_pointers: ClassVar[tuple[str, ...]] = ("See stack trace for root cause", "See root cause above")
 
     def command(self, spec: api.SpeculativeDeploymentSpec, node_rank: str = LEADER_RANK) -> list[str]:
         """The argv: seed 000's flags (``-tp`` spelled out), then the optional ones, ``engine.args`` last.

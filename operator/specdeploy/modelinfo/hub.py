@@ -14,14 +14,19 @@ from __future__ import annotations
 import json
 import os
 import struct
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 from specdeploy.modelinfo.info import ModelUnavailable, UnavailableReason
+
+if TYPE_CHECKING:
+    from huggingface_hub import HfFileMetadata
 
 _R = TypeVar("_R")
 
@@ -59,6 +64,15 @@ def default_endpoint() -> str | None:
     """The operator-wide hub endpoint (``SPECDEPLOY_HUB_ENDPOINT``), None when unset or empty."""
     raw = os.environ.get(ENDPOINT_ENV, "").strip()
     return check_endpoint(raw, ENDPOINT_ENV) if raw else None
+
+
+class BoundExceeded(Exception):
+    """A file the tokenizer download refuses: above its byte limit, or not received in time
+    (``transient``: a later try may succeed). The message names the file, the model and the bound."""
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 class _MissingFile(Exception):
@@ -150,6 +164,70 @@ class HubFetcher:
     def _shard_bytes(self, filename: str) -> int | None:
         return _tensor_bytes(self._header(filename))
 
+    def tokenizer_files(
+        self, names: Sequence[str], root: Path, *, max_bytes: int, deadline: float
+    ) -> Path | None:
+        """The directory holding those of ``names`` the repository has, downloaded under ``root``
+        into one directory per commit (so a file is fetched once per revision, and a moved
+        branch gets new ones); None when it has none of them.
+
+        Bounded: a file above ``max_bytes`` (by the size the HEAD gives, then by what arrives) or
+        not received by ``deadline`` (a ``time.monotonic()`` value) raises ``BoundExceeded``;
+        each request has the retry policy's timeout, so a hub that stalls fails at the first
+        that runs out."""
+        directory: Path | None = None
+        for name in names:
+            if time.monotonic() > deadline:
+                raise self._late(name)
+            meta = self._with_retries(name, partial(self._head, name, required=False), required=False)
+            if meta is None:
+                continue
+            directory = root / _repo_folder(self.model) / (meta.commit_hash or self.revision)
+            target = directory / name
+            if target.is_file():
+                continue
+            if meta.size is not None and meta.size > max_bytes:
+                raise BoundExceeded(_too_large(name, self.model, meta.size, max_bytes))
+            download = partial(self._download, name, target, max_bytes, deadline)
+            self._with_retries(name, download, required=True)
+        return directory
+
+    def _download(self, filename: str, target: Path, max_bytes: int, deadline: float) -> None:
+        """GET ``filename`` into ``target`` (written whole or not at all), within the bounds."""
+        from huggingface_hub import get_session, hf_hub_url, hf_raise_for_status
+        from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]
+
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise self._late(filename)
+        url = hf_hub_url(self.model, filename, revision=self.revision, endpoint=self.endpoint)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        part = target.with_name(f".{target.name}.{os.getpid()}-{threading.get_ident()}.part")
+        timeout = min(self.retry.request_timeout, remaining)
+        try:
+            with (
+                get_session().stream(
+                    "GET",
+                    url,
+                    headers=build_hf_headers(token=self.token),
+                    timeout=timeout,
+                    follow_redirects=True,
+                ) as answer,
+                part.open("wb") as out,
+            ):
+                hf_raise_for_status(answer)
+                received = 0
+                for chunk in answer.iter_bytes():
+                    received += len(chunk)
+                    if received > max_bytes:
+                        raise BoundExceeded(_too_large(filename, self.model, received, max_bytes))
+                    if time.monotonic() > deadline:
+                        raise self._late(filename, f" ({received} bytes so far)")
+                    out.write(chunk)
+            os.replace(part, target)
+        finally:
+            part.unlink(missing_ok=True)
+
     def _header(self, filename: str) -> dict[str, Any] | None:
         """The JSON header of a safetensors file, None when the front of the file is not one."""
         first = self._front(filename, 0, HEADER_PROBE_BYTES)
@@ -190,8 +268,13 @@ class HubFetcher:
                     break
         return bytes(body[skip : skip + count])
 
-    def _head(self, filename: str, *, required: bool) -> bool:
-        """HEAD ``filename`` (True when it is there).
+    def _late(self, filename: str, detail: str = "") -> BoundExceeded:
+        return BoundExceeded(
+            f"{filename} of {self.model}@{self.revision} was not received in time{detail}", transient=True
+        )
+
+    def _head(self, filename: str, *, required: bool) -> HfFileMetadata:
+        """HEAD ``filename``: its metadata when it is there.
 
         olah answers a file missing from a repository it serves with "repository not found"; for
         an optional file (looked up once config.json was found) that becomes ``_MissingFile`` if
@@ -201,14 +284,13 @@ class HubFetcher:
 
         url = hf_hub_url(self.model, filename, revision=self.revision, endpoint=self.endpoint)
         try:
-            get_hf_file_metadata(
+            return get_hf_file_metadata(
                 url, token=self.token, timeout=self.retry.request_timeout, endpoint=self.endpoint
             )
         except RepositoryNotFoundError as exc:
             if required or isinstance(exc, GatedRepoError) or not self._repo_found():
                 raise
             raise _MissingFile(filename) from exc
-        return True
 
     def _repo_found(self) -> bool:
         """Whether the repository answers at this revision (the Hub API's revision call)."""
@@ -301,6 +383,15 @@ class HubFetcher:
         if status is not None and 400 <= status < 500 and status not in (408, 429):
             return fail("ModelNotFound", f"{where}: HTTP {status} fetching {filename}")
         return None
+
+
+def _repo_folder(model: str) -> str:
+    """The Hub cache's folder name for a model repository (``models--org--name``)."""
+    return "--".join(("models", *model.split("/")))
+
+
+def _too_large(filename: str, model: str, size: int, limit: int) -> str:
+    return f"{filename} of {model} is {size / 2**20:.1f} MiB, above the {limit // 2**20} MiB limit"
 
 
 def _index_shards(index: Path) -> list[str] | None:

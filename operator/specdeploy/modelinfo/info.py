@@ -30,8 +30,8 @@ class ModelInfo:
     """config.json of one model at one revision, plus what else was found next to it.
 
     ``provenance`` says where catalog facts were taken from; ``note`` says why a lookup answered
-    as it did (catalog facts standing in for an unreachable Hub); ``tokenizer_looked_up`` tells
-    the resolver's cache whether a Hub entry already looked for tokenizer files.
+    as it did (catalog facts standing in for an unreachable Hub); ``tokenizer_note`` says why
+    there is no ``tokenizer_dir`` when one was looked for (the tokenizer rule's Skipped message).
     """
 
     model_id: str
@@ -42,7 +42,7 @@ class ModelInfo:
     tokenizer_dir: Path | None = None
     provenance: str | None = None
     note: str | None = None
-    tokenizer_looked_up: bool = False
+    tokenizer_note: str | None = None
 
 
 class ModelUnavailable(Exception):

@@ -1,7 +1,8 @@
 """The model resolver: a model's ``ModelInfo`` from a local directory, the catalog or the Hub, cached.
 
 It caches the answer so a reconcile never refetches, and remembers "not found" for a while so a
-broken resource does not hammer the Hub.
+broken resource does not hammer the Hub. Tokenizer files (for the pairing check's tokenizer rule)
+are looked up only when asked, bounded in bytes and time, and cached per revision like the rest.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from specdeploy.modelinfo import catalog
-from specdeploy.modelinfo.hub import HubFetcher, RetryPolicy, default_endpoint
+from specdeploy.modelinfo.hub import BoundExceeded, HubFetcher, RetryPolicy, default_endpoint
 from specdeploy.modelinfo.info import (
     DEFAULT_REVISION,
     TOKENIZER_FILES,
@@ -30,6 +31,14 @@ from specdeploy.modelinfo.info import (
 
 _CacheKey = tuple[str, str, str | None]
 
+# tokenizer.json of a 150k-token vocabulary (Qwen3) is about 11 MB; a file far above that is not
+# one the rule should parse in the operator.
+TOKENIZER_MAX_BYTES = 64 * 2**20
+# All tokenizer files of one model, within one pass (which runs in a worker thread).
+TOKENIZER_DEADLINE_S = 30.0
+# Where the downloaded tokenizer files go, under the resolver's cache directory.
+TOKENIZER_DIR = "specdeploy-tokenizers"
+
 
 @dataclass
 class _Negative:
@@ -37,13 +46,23 @@ class _Negative:
     expires: float
 
 
+@dataclass(frozen=True)
+class _Tokenizer:
+    """One model's tokenizer lookup: the files' directory, or why there is none; a lookup that
+    may succeed later (the hub unreachable, too slow) ``expires``."""
+
+    directory: Path | None
+    note: str | None
+    expires: float | None = None
+
+
 class ModelResolver:
     """Resolves model metadata from a local directory, the catalog, then the Hub, with caching.
 
-    The cache is keyed by (model, revision, endpoint) and bounded; an entry fetched with tokenizer
-    files also answers requests without them. "Not found" answers are remembered for
-    ``negative_ttl`` seconds so a broken resource does not hammer the Hub; unreachable-Hub answers
-    are not, so the next reconcile tries again.
+    The cache is keyed by (model, revision, endpoint) and bounded, and so is the one of tokenizer
+    lookups. "Not found" answers are remembered for ``negative_ttl`` seconds so a broken resource
+    does not hammer the Hub; unreachable-Hub answers are not, so the next reconcile tries again
+    (a failed tokenizer lookup is retried after ``negative_ttl`` too: the rule is skipped meanwhile).
     """
 
     def __init__(
@@ -56,6 +75,8 @@ class ModelResolver:
         use_catalog: bool = True,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        tokenizer_max_bytes: int = TOKENIZER_MAX_BYTES,
+        tokenizer_deadline: float = TOKENIZER_DEADLINE_S,
     ) -> None:
         self.cache_dir = str(cache_dir) if cache_dir is not None else None
         self.retry = retry or RetryPolicy()
@@ -67,6 +88,9 @@ class ModelResolver:
         self._lock = threading.Lock()
         self._cache: OrderedDict[_CacheKey, ModelInfo] = OrderedDict()
         self._negative: OrderedDict[_CacheKey, _Negative] = OrderedDict()
+        self._tokenizers: OrderedDict[_CacheKey, _Tokenizer] = OrderedDict()
+        self.tokenizer_max_bytes = tokenizer_max_bytes
+        self.tokenizer_deadline = tokenizer_deadline
 
     @staticmethod
     def _key(model: str, revision: str | None, endpoint: str | None) -> _CacheKey:
@@ -88,7 +112,8 @@ class ModelResolver:
         ``endpoint`` is the resource's hub; None means the operator-wide default
         (``SPECDEPLOY_HUB_ENDPOINT``), else huggingface_hub's own. ``network=False`` answers only
         from a local directory, the cache and the catalog (the catalog only for the default
-        revision, which is what it describes)."""
+        revision, which is what it describes). ``want_tokenizer`` adds the Hub's tokenizer files
+        (for catalog facts too), or a note saying why there are none."""
         try:
             local = Path(model).expanduser()
             is_local = model.startswith((".", "/", "~")) or local.is_dir()
@@ -103,8 +128,27 @@ class ModelResolver:
             return local_info(local, revision)
 
         endpoint = endpoint or default_endpoint()
+        info = self._metadata(model, revision, token, endpoint, offline, network)
+        if not want_tokenizer or not network:
+            return info
+        if info.note is not None:  # catalog facts stand in for an unreachable hub
+            return dataclasses.replace(info, tokenizer_note=info.note)
+        found = self._tokenizer(
+            self._key(model, revision, endpoint), model, revision, token, endpoint, offline
+        )
+        return dataclasses.replace(info, tokenizer_dir=found.directory, tokenizer_note=found.note)
+
+    def _metadata(
+        self,
+        model: str,
+        revision: str | None,
+        token: str | None,
+        endpoint: str | None,
+        offline: bool,
+        network: bool,
+    ) -> ModelInfo:
         key = self._key(model, revision, endpoint)
-        cached = self._cached(key, want_tokenizer)
+        cached = self._cached(key)
         if cached is not None:
             return cached
 
@@ -117,7 +161,7 @@ class ModelResolver:
             raise ModelUnavailable("HubUnreachable", model, f"{model}: no metadata without a Hub lookup")
 
         try:
-            found = self._from_hub(model, revision, token, endpoint, offline, want_tokenizer)
+            found = self._from_hub(model, revision, token, endpoint, offline)
         except ModelUnavailable as exc:
             fallback = self._from_catalog(model) if exc.reason == "HubUnreachable" else None
             if fallback is not None:
@@ -131,7 +175,59 @@ class ModelResolver:
         self._store(key, found)
         return found
 
-    def _cached(self, key: _CacheKey, want_tokenizer: bool) -> ModelInfo | None:
+    def _tokenizer(
+        self,
+        key: _CacheKey,
+        model: str,
+        revision: str | None,
+        token: str | None,
+        endpoint: str | None,
+        offline: bool,
+    ) -> _Tokenizer:
+        """The model's tokenizer files from the hub (offline: from the local Hub cache), cached."""
+        with self._lock:
+            cached = self._tokenizers.get(key)
+            if cached is not None and (cached.expires is None or cached.expires > self._clock()):
+                self._tokenizers.move_to_end(key)
+                return cached
+        found = self._fetch_tokenizer(model, revision, token, endpoint, offline)
+        with self._lock:
+            self._tokenizers[key] = found
+            self._tokenizers.move_to_end(key)
+            self._trim(self._tokenizers)
+        return found
+
+    def _fetch_tokenizer(
+        self, model: str, revision: str | None, token: str | None, endpoint: str | None, offline: bool
+    ) -> _Tokenizer:
+        from huggingface_hub import constants
+
+        offline = offline or constants.is_offline_mode()
+        # One attempt per request: a failed lookup only skips the rule until it is retried.
+        fetch = dataclasses.replace(
+            self._fetcher(model, revision, token, endpoint, offline),
+            retry=dataclasses.replace(self.retry, attempts=1),
+        )
+        retry_at = self._clock() + self.negative_ttl
+        try:
+            if offline:
+                found = [fetch.file(name, required=False) for name in TOKENIZER_FILES]
+                directory = next((path.parent for path in found if path is not None), None)
+            else:
+                root = Path(self.cache_dir or constants.HF_HUB_CACHE) / TOKENIZER_DIR
+                deadline = time.monotonic() + self.tokenizer_deadline
+                directory = fetch.tokenizer_files(
+                    TOKENIZER_FILES, root, max_bytes=self.tokenizer_max_bytes, deadline=deadline
+                )
+        except BoundExceeded as exc:
+            return _Tokenizer(None, str(exc), retry_at if exc.transient else None)
+        except ModelUnavailable as exc:
+            return _Tokenizer(None, f"tokenizer files: {exc}", retry_at)
+        if directory is None:
+            return _Tokenizer(None, f"{model} has no tokenizer files ({', '.join(TOKENIZER_FILES)})")
+        return _Tokenizer(directory, None)
+
+    def _cached(self, key: _CacheKey) -> ModelInfo | None:
         with self._lock:
             negative = self._negative.get(key)
             if negative is not None:
@@ -140,8 +236,6 @@ class ModelResolver:
                 del self._negative[key]
             found = self._cache.get(key)
             if found is None:
-                return None
-            if want_tokenizer and found.source == "hub" and not found.tokenizer_looked_up:
                 return None
             self._cache.move_to_end(key)
             return found
@@ -168,21 +262,11 @@ class ModelResolver:
         token: str | None,
         endpoint: str | None,
         offline: bool,
-        want_tokenizer: bool,
     ) -> ModelInfo:
         from huggingface_hub import constants
 
         offline = offline or constants.is_offline_mode()
-        fetch = HubFetcher(
-            model,
-            revision or DEFAULT_REVISION,
-            token=token,
-            endpoint=endpoint,
-            offline=offline,
-            cache_dir=self.cache_dir,
-            retry=self.retry,
-            sleep=self._sleep,
-        )
+        fetch = self._fetcher(model, revision, token, endpoint, offline)
         config_path = fetch.file("config.json", required=True)
         assert config_path is not None
         config = read_config(model, config_path)
@@ -194,17 +278,20 @@ class ModelResolver:
         else:
             weights = fetch.weights_bytes(index_path)
 
-        tokenizer_dir: Path | None = None
-        if want_tokenizer:
-            found = [fetch.file(name, required=False) for name in TOKENIZER_FILES]
-            if any(path is not None for path in found):
-                tokenizer_dir = config_path.parent
         return ModelInfo(
-            model_id=model,
-            revision=revision,
-            config=config,
-            source="hub",
-            weights_bytes=weights,
-            tokenizer_dir=tokenizer_dir,
-            tokenizer_looked_up=want_tokenizer,
+            model_id=model, revision=revision, config=config, source="hub", weights_bytes=weights
+        )
+
+    def _fetcher(
+        self, model: str, revision: str | None, token: str | None, endpoint: str | None, offline: bool
+    ) -> HubFetcher:
+        return HubFetcher(
+            model,
+            revision or DEFAULT_REVISION,
+            token=token,
+            endpoint=endpoint,
+            offline=offline,
+            cache_dir=self.cache_dir,
+            retry=self.retry,
+            sleep=self._sleep,
         )

@@ -32,7 +32,11 @@ def offline_node_groups() -> list[dict[str, Any]]:
 
 
 def gpu_node_object(
-    name: str, product: str, gpus: int, memory_mib: int | None = None, cpu: str | None = None,
+    name: str,
+    product: str,
+    gpus: int,
+    memory_mib: int | None = None,
+    cpu: str | None = None,
     memory: str | None = None,
 ) -> dict[str, Any]:
     """A GPU Node as the API returns it once NVIDIA's device plugin and GPU feature discovery ran.
