@@ -23,13 +23,11 @@ from specdeploy.modelinfo.hub import ENDPOINT_ENV, HubFetcher
 from specdeploy_sandbox.model_hub import (
     ModelHubError,
     ensure_hub_env,
-    hub_argv,
-    hub_environ,
     repo_dir,
     wait_ready,
-    write_config,
 )
-from specdeploy_sandbox.processes import free_ports, rss_mib, stop_child
+from specdeploy_sandbox.processes import free_ports, rss_mib
+from support.hub import running_hub
 
 MODEL = "sandbox/tiny-test"
 BIG_MODEL = "sandbox/big-weights"
@@ -111,30 +109,15 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
     started = time.monotonic()
     python = ensure_hub_env(sys.stderr)
     print(f"olah venv ready in {time.monotonic() - started:.1f}s")
-    port = free_ports(1)[0]
-    config = base / "olah.toml"
-    write_config(config, port, mirrors, repos)
-    endpoint = f"http://127.0.0.1:{port}"
-    with (base / "olah.out").open("wb") as out:
-        process = subprocess.Popen(
-            hub_argv(python, config),
-            env=hub_environ(home),
-            cwd=base,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
     try:
         started = time.monotonic()
-        wait_ready(endpoint, 60)
-        print(f"olah answering in {time.monotonic() - started:.1f}s")
-        expected = 2 * 32 * 16 * 4 if weights else None
-        yield Hub(
-            endpoint, files, expected, big is not None, commit, base, process.pid, user_olah_dir_existed
-        )
+        with running_hub(python, base, mirrors, repos, home) as (endpoint, process):
+            print(f"olah answering in {time.monotonic() - started:.1f}s")
+            expected = 2 * 32 * 16 * 4 if weights else None
+            yield Hub(
+                endpoint, files, expected, big is not None, commit, base, process.pid, user_olah_dir_existed
+            )
     finally:
-        stop_child(process, 10)
         print("--- olah output (tail) ---\n" + (base / "olah.out").read_text(errors="replace")[-3000:])
 
 

@@ -23,13 +23,9 @@ from sdeplib import apply
 from specdeploy_sandbox import engine_env, tiny_models
 from specdeploy_sandbox.model_hub import (
     ensure_hub_env,
-    hub_argv,
-    hub_environ,
     repo_dir,
-    wait_ready,
-    write_config,
 )
-from specdeploy_sandbox.processes import free_ports, stop_child
+from support.hub import running_hub
 from support.kube import Kubectl, WaitFor, condition, get
 from support.paths import REPO
 
@@ -79,25 +75,8 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     git(draft, "add", "--all")
     git(draft, "commit", "--quiet", "-m", "another tokenizer")
 
-    port = free_ports(1)[0]
-    config = base / "olah.toml"
-    write_config(config, port, mirrors, repos)
-    with (base / "olah.out").open("wb") as out:
-        process = subprocess.Popen(
-            hub_argv(ensure_hub_env(sys.stderr), config),
-            env=hub_environ(home),
-            cwd=base,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(endpoint, 60)
+    with running_hub(ensure_hub_env(sys.stderr), base, mirrors, repos, home) as (endpoint, _):
         yield endpoint
-    finally:
-        stop_child(process, 10)
 
 
 def tiny_pair(name: str, speculator: str, endpoint: str) -> dict[str, Any]:
