@@ -22,3 +22,11 @@ class ExitCode(IntEnum):
     TIMED_OUT = 6
     CLUSTER_UNREACHABLE = 7
     INTERRUPTED = 130
+
+
+class CommandFailed(Exception):
+    """A verb cannot go on: the message for the user and the exit code the verb ends with."""
+
+    def __init__(self, code: ExitCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code

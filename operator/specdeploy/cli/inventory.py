@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from specdeploy.exitcodes import ExitCode
+from specdeploy.exitcodes import CommandFailed, ExitCode
 
 if TYPE_CHECKING:
     from specdeploy.planning import Inventory
@@ -29,12 +29,8 @@ LIST_TIMEOUT_S = 15
 OFFLINE_HINT = "--offline (or --gpus) plans without the cluster"
 
 
-class InventoryUnavailable(Exception):
-    """The inventory asked for cannot be read: the message and the exit code."""
-
-    def __init__(self, code: ExitCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
+class InventoryUnavailable(CommandFailed):
+    """The inventory asked for cannot be read."""
 
 
 @dataclass(frozen=True)

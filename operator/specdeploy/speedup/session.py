@@ -24,7 +24,7 @@ from specdeploy import api, children, engines
 from specdeploy.children.labels import owner_reference
 from specdeploy.controller.kube import KubeClient
 from specdeploy.controller.pods import pod_failure, project, serving
-from specdeploy.exitcodes import ExitCode
+from specdeploy.exitcodes import CommandFailed, ExitCode
 from specdeploy.planning.gpus import PRODUCT_LABEL
 from specdeploy.speedup import manifests
 from specdeploy.speedup.load import Load, command, plan
@@ -41,12 +41,8 @@ PROGRESS_S = 30.0
 T = TypeVar("T")
 
 
-class BenchError(Exception):
-    """The run cannot go on: the message for the user and the exit code."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
+class BenchError(CommandFailed):
+    """The benchmark run cannot go on."""
 
 
 @dataclass(frozen=True)
@@ -199,7 +195,7 @@ class Session:
             free.append(f"{node['metadata']['name']}: {allocatable - used} of {allocatable}")
         return ", ".join(free) if free else "no node has any"
 
-    def _cannot_schedule(self, what: str, pod: dict[str, Any], message: str, code: int) -> NoReturn:
+    def _cannot_schedule(self, what: str, pod: dict[str, Any], message: str, code: ExitCode) -> NoReturn:
         limits = [((c.get("resources") or {}).get("limits") or {}) for c in pod["spec"]["containers"]]
         gpus = next((found[api.GPU_RESOURCE] for found in limits if api.GPU_RESOURCE in found), None)
         if gpus is None:
@@ -212,7 +208,7 @@ class Session:
             f"{self.name}; free now: {self._free_gpus(product)}. The scheduler says: {message}",
         )
 
-    def _watch_pod(self, what: str, selector: dict[str, str], code: int, ready: bool) -> dict[str, Any]:
+    def _watch_pod(self, what: str, selector: dict[str, str], code: ExitCode, ready: bool) -> dict[str, Any]:
         """The pod of ``selector`` once Ready (``ready``) or finished; BenchError when it cannot
         be scheduled within --schedule-timeout or fails to start."""
 
