@@ -240,6 +240,7 @@ NAMESPACED = {
     ("", "pods/log", "get"),
     ("", "configmaps", "get"),
     ("", "events", "create"),
+    ("", "events", "patch"),
 }
 CLUSTER = {
     ("", "nodes", "get"),

@@ -374,7 +374,7 @@ def test_first_pass_applies_each_child_once_and_patches_status(harness: Harness)
     assert [c["type"] for c in patch["conditions"]] == CONDITION_TYPES
     assert conditions_of(patch) == {
         api.READY: ("False", "WaitingForReplicas"),
-        api.PROGRESSING: ("True", "Starting"),
+        api.PROGRESSING: ("True", "RollingOut"),
         api.DEGRADED: ("False", "AsExpected"),
         api.PAIRING_VERIFIED: ("True", "Compatible"),
         api.SCHEDULABLE: ("True", "Planned"),
@@ -458,6 +458,51 @@ def test_rollout_completion_is_a_status_only_write(harness: Harness) -> None:
     harness.quiet()
     assert harness.run() == "converged"
     assert harness.kube.writes() == 0 and harness.events.posted == []
+
+
+def test_a_normal_start_writes_status_twice_and_posts_one_event(harness: Harness) -> None:
+    """Taking the resource up and Ready are the only status writes of a healthy start, and Ready
+    its only Event: the Deployment's intermediate counts ride along with the Ready write."""
+    converge_seed(harness)
+    deployment = harness.view.deployments[KEY]
+    for version, counts in (("21", {"replicas": 1}), ("22", {"replicas": 1, "updatedReplicas": 1})):
+        harness.view.deployments[KEY] = {
+            **deployment,
+            "metadata": {**deployment["metadata"], "resourceVersion": version},
+            "status": {"observedGeneration": 1, **counts},
+        }
+        assert harness.run() == "converged"
+        assert harness.kube.writes() == 0 and harness.events.posted == []
+
+    harness.view.deployments[KEY] = {**harness.view.deployments[KEY], "status": rolled_out()}
+    assert harness.run() == "converged"
+    ((_, patch),) = harness.kube.status_patches
+    assert (patch["replicas"], patch["readyReplicas"], patch["updatedReplicas"]) == (1, 1, 1)
+    assert harness.events.reasons() == [("Normal", "Ready")]
+
+
+def test_scaling_posts_one_scaled_event_and_ready_again_once_scaled(harness: Harness) -> None:
+    """A new replica count is one Scaled Event when the Deployment is written with it; waiting
+    for the new replicas posts nothing, and all of them ready is Ready again."""
+    first = converge_seed(harness)
+    harness.view.deployments[KEY] = {**harness.view.deployments[KEY], "status": rolled_out()}
+    assert harness.run() == "converged"
+    ((_, ready),) = harness.kube.status_patches
+    body = with_status(with_status(harness.view.resources[KEY], first, "13"), ready, "14")
+    body["spec"]["replicas"] = 3
+    body["metadata"]["generation"] = 2
+    harness.view.resources[KEY] = body
+    harness.quiet()
+
+    assert harness.run() == "converged"
+    assert applied(harness.kube, "Deployment")["spec"]["replicas"] == 3
+    assert [(e.type, e.reason, e.message) for e in harness.events.posted] == [
+        ("Normal", "Scaled", "scaled from 1 to 3 replicas")
+    ]
+    assert conditions_of(harness.kube.status_patches[0][1])[api.READY] == ("False", "WaitingForReplicas")
+    harness.events.posted.clear()
+    assert harness.run() == "converged"  # the watch has not shown the write yet: no second Scaled
+    assert harness.events.posted == []
 
 
 def test_a_resource_whose_first_status_is_ready_still_posts_its_ready_event(harness: Harness) -> None:
@@ -548,11 +593,10 @@ def test_failed_pairing_applies_nothing_and_reports_why(harness: Harness) -> Non
     assert patch["pairing"]["verified"] == "False" and patch["pairing"]["reason"] == "VerifierMismatch"
     assert patch["speculator"] == WRONG_SPECULATOR
     assert not {"command", "endpoint", "plan", "tensorParallelSize"} & set(patch)
-    # Each problem once: Ready=False is what every new resource starts as, so it is no Event.
+    # One Warning for one problem: Degraded carries it (Ready, Progressing and PairingVerified
+    # say the same in status).
     assert [(e.type, e.reason, e.message.split(":")[0]) for e in harness.events.posted] == [
-        ("Warning", "PairingFailed", "Progressing=False"),
         ("Warning", "PairingFailed", "Degraded=True"),
-        ("Warning", "VerifierMismatch", "PairingVerified=False"),
     ]
     assert harness.timers.created == []  # a mismatch is not retried on a timer: fix the spec
 
@@ -613,7 +657,8 @@ def test_a_b200_node_joining_reconciles_the_waiting_resource(harness: Harness) -
     assert patched == key
     assert conditions_of(patch)[api.SCHEDULABLE] == ("True", "Planned")
     assert patch["plan"]["gpuProduct"] == B200
-    assert ("Normal", "Planned") in harness.events.reasons()
+    # Planned and rolling out is the happy path: the next Event is Ready.
+    assert harness.events.posted == []
 
 
 def test_node_changes_the_planner_ignores_trigger_nothing(harness: Harness) -> None:

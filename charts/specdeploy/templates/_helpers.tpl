@@ -103,7 +103,8 @@ app.kubernetes.io/part-of: specdeploy
   verbs: ["get"]
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create"]
+  # patch: a repeated Event raises its count (aggregation) instead of adding another.
+  verbs: ["create", "patch"]
 {{- if .Values.rbac.readTokenSecrets }}
 {{- /* Opt-in: the hub token Secret a resource names, for the pairing check's downloads. */}}
 - apiGroups: [""]

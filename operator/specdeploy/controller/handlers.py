@@ -22,6 +22,7 @@ from specdeploy import api, children
 from specdeploy.controller import admission, kopf_tuning, kube
 from specdeploy.controller.cached import Cached, pack
 from specdeploy.controller.engine_metrics import EngineMetricsReader, HttpFetch
+from specdeploy.controller.events import EventRecorder
 from specdeploy.controller.leadership import ElectionSettings, LeaseElection
 from specdeploy.controller.pods import PodView, project
 from specdeploy.controller.reconcile import IO_THREADS, Reconciler
@@ -191,7 +192,7 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorMemo, **_: An
     client = kube.KubeClient(connections=IO_THREADS)
     reconciler = memo.reconciler = Reconciler(
         client,
-        client.post_event,
+        EventRecorder(client),
         read_secrets=memo.read_secrets,
         engine_metrics=reader,
         pod_defaults=memo.pod_defaults,

@@ -7,6 +7,7 @@ import functools
 import json
 import logging
 import re
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -206,8 +207,11 @@ class KubeClient:
                 return
             raise ApiError(f"status of {namespace}/{name}: {refusal_message(exc)}") from exc
 
-    def post_event(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        """A core/v1 Event on a SpeculativeDeployment (what ``kubectl describe`` lists).
+    def post_event(
+        self, involved: dict[str, Any], type_: str, reason: str, message: str, name: str | None = None
+    ) -> str | None:
+        """A core/v1 Event on a SpeculativeDeployment (what ``kubectl describe`` lists); its name
+        (``name``, else one made as client-go makes them), or None when the post failed.
 
         Posted by the operator itself rather than through kopf, whose poster works only inside a
         kopf handler's task: reconciles also run from retry timers and the engine metrics reader.
@@ -215,13 +219,14 @@ class KubeClient:
         """
         meta = involved["metadata"]
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        name = name or f"{meta['name']}.{time.time_ns():x}"
         if len(message) > EVENT_MESSAGE_LIMIT:
             message = message[: EVENT_MESSAGE_LIMIT - 3] + "..."
         # A plain body: the client's model classes cost more to build and serialise than the post.
         event: Any = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "metadata": {"name": name, "namespace": meta["namespace"]},
             "involvedObject": {
                 "apiVersion": api.API_VERSION,
                 "kind": api.KIND,
@@ -243,6 +248,21 @@ class KubeClient:
         except ApiException as exc:
             where = f"{meta['namespace']}/{meta['name']}"
             log.warning("could not post event %s on %s: %s", reason, where, refusal_message(exc))
+            return None
+        return name
+
+    def raise_event_count(self, namespace: str, name: str, count: int) -> bool:
+        """An Event seen again: its ``count`` and ``lastTimestamp`` moved (client-go's aggregation);
+        False when it cannot be (expired by the apiserver's event TTL: post a new one)."""
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        patch = {"count": count, "lastTimestamp": now}
+        try:
+            _discard(self.core.patch_namespaced_event(name, namespace, patch, _preload_content=False))
+        except ApiException as exc:
+            if exc.status != 404:
+                log.warning("could not update event %s/%s: %s", namespace, name, refusal_message(exc))
+            return False
+        return True
 
     def read_log(self, namespace: str, read: LogRead) -> str | None:
         """The end of a crashed engine run's log (``LOG_TAIL_LINES``, at most ``LOG_LIMIT_BYTES``);

@@ -20,6 +20,12 @@ LEADER = Gauge(
     "1 while this replica reconciles (holds the Lease, or runs without leader election), else 0.",
 )
 WRITES = Counter("specdeploy_writes_total", "Writes sent to the apiserver, by kind.", ["kind"])
+EVENTS = Counter(
+    "specdeploy_events_total",
+    "Kubernetes Events on SpeculativeDeployments, by type and outcome: posted (a new Event), "
+    "aggregated (a repeat raised an Event's count) or failed.",
+    ["type", "outcome"],
+)
 RECONCILE_SECONDS = Histogram(
     "specdeploy_reconcile_duration_seconds",
     "Time to compute and converge one resource.",

@@ -18,10 +18,9 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-from specdeploy import api, engines, pipeline
+from specdeploy import engines, pipeline
 from specdeploy.children import CHILD_KINDS, ENGINE_KINDS, NO_DEFAULTS, SERVICE, PodDefaults
-from specdeploy.controller import diffing, metrics, status
-from specdeploy.controller.conditions import Transition
+from specdeploy.controller import diffing, events, metrics, status
 from specdeploy.controller.engine_metrics import EngineMetricsReader
 from specdeploy.controller.kube import KubeClient, Refused
 from specdeploy.controller.pods import EngineLogs, FailureMemory, PodView, pod_failure
@@ -206,6 +205,9 @@ class Reconciler:
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.io, fn, *args)
 
+    async def _post(self, body: dict[str, Any], notice: events.Notice) -> None:
+        await self._run(self.post_event, body, notice.type, notice.reason, notice.message)
+
     async def _reconcile(self, key: Key) -> Outcome | None:
         view = self.view
         assert view is not None, "submit() sets the view before the queue runs a pass"
@@ -233,7 +235,7 @@ class Reconciler:
         desired = _stamped(desired)
         current = {kind.kind: view.child(kind.kind, key) for kind in CHILD_KINDS}
         if not desired.blocked:
-            desired = await self._apply_children(key, desired, current)
+            desired = await self._apply_children(body, key, desired, current)
         reading = None if self.engine_metrics is None else self.engine_metrics.reading(key)
         new_status, transitions = status.status_for(
             body,
@@ -253,9 +255,8 @@ class Reconciler:
                 await self._run(self.kube.patch_status, key, new_status)
                 metrics.WRITES.labels("status").inc()
                 self.ledger.remember("status", key, fingerprint, version)
-        for t in _news(transitions):
-            kind = "Normal" if _healthy(t) else "Warning"
-            await self._run(self.post_event, body, kind, t.reason, f"{t.type}={t.status}: {t.message}")
+        for notice in events.notices(transitions):
+            await self._post(body, notice)
         if desired.retry:
             return "retry"
         return "blocked" if desired.blocked else "converged"
@@ -275,13 +276,15 @@ class Reconciler:
 
     async def _apply_children(
         self,
+        body: dict[str, Any],
         key: Key,
         desired: pipeline.Desired,
         current: dict[str, dict[str, Any] | None],
     ) -> pipeline.Desired:
         """Apply the children that differ from ``current`` (the watched ones, by kind); a child the
         apiserver refuses as written (invalid, denied by a policy, over quota) blocks the resource
-        with that message and a retry.
+        with that message and a retry. A written engine child with other replicas than before posts
+        a Scaled Event.
 
         When the engine pods move between a Deployment and a LeaderWorkerSet (a plan gained or
         lost nodes), the old child and the Service in front of it (each kind
@@ -298,11 +301,15 @@ class Reconciler:
             if manifest is None or (switching and kind.held_while_switching and current[kind.kind]):
                 continue
             try:
-                await self._apply(key, manifest, current[kind.kind])
+                written = await self._apply(key, manifest, current[kind.kind])
             except Refused as exc:
                 return dataclasses.replace(
                     desired, blocked=True, reason="ChildRejected", message=str(exc), retry=True
                 )
+            before = current[kind.kind]
+            rescaled = before is not None and _replicas(before) != _replicas(manifest)
+            if written and manifest is engine_set and rescaled:
+                await self._post(body, events.scaled(_replicas(before), _replicas(manifest)))
         if previous is not None and not switching and not previous["metadata"].get("deletionTimestamp"):
             log.info(
                 "%s/%s now runs as a %s; deleting its %s",
@@ -314,18 +321,21 @@ class Reconciler:
             metrics.WRITES.labels(previous["kind"]).inc()
         return desired
 
-    async def _apply(self, key: Key, want: dict[str, Any], current: dict[str, Any] | None) -> None:
+    async def _apply(self, key: Key, want: dict[str, Any], current: dict[str, Any] | None) -> bool:
+        """Apply ``want`` unless ``current`` (or a write the watch has not shown yet) has it;
+        whether it was written."""
         kind = want["kind"]
         fingerprint = want["metadata"]["annotations"][diffing.HASH_ANNOTATION]
         version = _version(current)
         if self.ledger.already_written(kind, key, fingerprint, version):
-            return
+            return False
         if not diffing.needs_apply(want, current):
-            return
+            return False
         log.debug("applying %s %s/%s", kind, *key)
         await self._run(self.kube.apply, want)
         metrics.WRITES.labels(kind).inc()
         self.ledger.remember(kind, key, fingerprint, version)
+        return True
 
 
 def _engine_set(
@@ -358,37 +368,6 @@ def _stamped(desired: pipeline.Desired) -> pipeline.Desired:
     """The children with their hash annotation, computed once for the pass."""
     stamped = {kind: diffing.stamped(manifest) for kind, manifest in desired.children.items()}
     return dataclasses.replace(desired, children=stamped)
-
-
-def _news(transitions: list[Transition]) -> list[Transition]:
-    """The transitions a pass posts as Events: the newsworthy ones, without a rollout completing
-    in the same pass that turned Ready with the same message (one piece of news, one write)."""
-    news = [t for t in transitions if _newsworthy(t)]
-    ready = {t.message for t in news if t.type == api.READY and t.status == "True"}
-    return [t for t in news if not (t.type == api.PROGRESSING and _healthy(t) and t.message in ready)]
-
-
-def _newsworthy(transition: Transition) -> bool:
-    """Whether a transition is worth an Event: every change, but of the conditions a new resource
-    starts with only the problems and Ready=True (not Ready=False, which every new resource starts
-    as). An Event is an apiserver write; one per starting condition made Events most of the
-    operator's writes. Ready=True can be a first status when the rollout finished before the first
-    status write landed (a pass that failed after applying the children): it is still news."""
-    if not transition.appeared:
-        return True
-    if transition.type == api.READY:
-        return transition.status == "True"
-    return not _healthy(transition)
-
-
-def _healthy(transition: Transition) -> bool:
-    """Whether a transition is good news (a Normal Event) or not (a Warning): Degraded=False,
-    a rollout running or complete, and every other condition not False."""
-    if transition.type == api.DEGRADED:
-        return transition.status == "False"
-    if transition.type == api.PROGRESSING:
-        return transition.status == "True" or transition.reason == "RolloutComplete"
-    return transition.status != "False"
 
 
 def _version(cached: dict[str, Any] | None) -> str | None:

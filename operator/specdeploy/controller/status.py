@@ -20,6 +20,11 @@ from specdeploy.controller import conditions, diffing
 from specdeploy.controller.pods import PodView, command_digest, first_failure, serving
 from specdeploy.pipeline import LWS_MISSING, Desired
 
+# Counts that change several times in every rollout and that no person or controller acts on
+# (the Deployment holds them live): they never cause a status write of their own, and ride along
+# with the next one (readyReplicas, a condition, the plan). docs/api.md lists every status write.
+RIDE_ALONG = frozenset({"replicas", "updatedReplicas"})
+
 
 def _cond(type_: str, status: api.ConditionStatus, reason: str, message: str) -> Condition:
     return Condition(type=type_, status=status, reason=reason, message=message)
@@ -62,7 +67,7 @@ def lifecycle_conditions(
     while it is incomplete, the first failing engine pod (its reason names what went wrong).
     ``reachable`` says whether a Service exists: a blocked resource whose pods run but that no
     Service reaches (its creation refused) is not serving anyone."""
-    replicas, ready, _, done = _rollout(deployment, spec_replicas)
+    _, ready, _, done = _rollout(deployment, spec_replicas)
     if result.blocked:
         serving = ready > 0 and reachable
         if serving:
@@ -104,7 +109,7 @@ def lifecycle_conditions(
     waiting = engine.reason if engine is not None else "WaitingForReplicas"
     return [
         _cond(api.READY, "True" if serving else "False", "Ready" if serving else waiting, counts),
-        _cond(api.PROGRESSING, "True", "RollingOut" if replicas else "Starting", counts),
+        _cond(api.PROGRESSING, "True", "RollingOut", counts),
         degraded,
     ]
 
@@ -213,7 +218,7 @@ def status_for(
     merged, transitions = conditions.merge(current.get("conditions") or [], conds, generation)
     unchanged = (
         conditions.same(current.get("conditions") or [], merged)
-        and all(current.get(k) == v for k, v in desired.items())
+        and all(current.get(k) == v for k, v in desired.items() if k not in RIDE_ALONG)
         and not (set(current) - set(desired) - {"conditions"})
     )
     if unchanged:
