@@ -460,6 +460,39 @@ def test_rollout_completion_is_a_status_only_write(harness: Harness) -> None:
     assert harness.kube.writes() == 0 and harness.events.posted == []
 
 
+def test_the_watch_showing_back_our_status_write_runs_no_pass(harness: Harness) -> None:
+    """Every status write comes back as a watch event of the resource; with the metadata a pass
+    reads unchanged, it starts no pass. Someone else's status, or a label, still does."""
+    key = harness.view.add(resource())
+
+    def event(body: dict[str, Any]) -> str | None:
+        harness.view.resources[key] = body
+        before = _outcome_counts()
+        harness.deliver(lambda: harness.reconciler.resource_changed(key, body, harness.view))
+        moved = [o for o in OUTCOMES if _outcome_counts()[o] != before[o]]
+        return moved[0] if moved else None
+
+    assert event(harness.view.resources[key]) == "converged"
+    ((_, patch),) = harness.kube.status_patches
+    harness.view.deployments[key] = stored(applied(harness.kube, "Deployment"), "11")
+    harness.view.services[key] = stored(applied(harness.kube, "Service"), "12")
+    harness.quiet()
+    echo = with_status(harness.view.resources[key], patch, "13")
+    assert event(echo) is None
+
+    edited = with_status(echo, {"readyReplicas": 5}, "14")
+    assert event(edited) == "converged"
+    ((_, repaired),) = harness.kube.status_patches
+    assert repaired["readyReplicas"] == 0
+    harness.quiet()
+    assert event(with_status(edited, repaired, "15")) is None
+
+    labelled = copy.deepcopy(harness.view.resources[key])
+    labelled["metadata"]["labels"] = {"team": "inference"}
+    assert event(labelled) == "converged"
+    assert harness.kube.writes() == 0
+
+
 def test_a_normal_start_writes_status_twice_and_posts_one_event(harness: Harness) -> None:
     """Taking the resource up and Ready are the only status writes of a healthy start, and Ready
     its only Event: the Deployment's intermediate counts ride along with the Ready write."""

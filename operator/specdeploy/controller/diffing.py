@@ -70,8 +70,18 @@ def needs_apply(desired_stamped: dict[str, Any], current: dict[str, Any] | None)
 
 
 def status_fingerprint(status: dict[str, Any]) -> str:
-    """A status patch's identity, ignoring transition times (a re-computed patch gets new ones)."""
+    """The identity of a status, or of the status a merge patch leaves (its removals, None, are
+    left out), ignoring transition times (a re-computed patch gets new ones): a patch and the
+    stored status it wrote have the same."""
     conds = [
         {k: v for k, v in c.items() if k != "lastTransitionTime"} for c in status.get("conditions") or []
     ]
-    return manifest_hash({**status, "conditions": conds})
+    return manifest_hash({**{k: v for k, v in status.items() if v is not None}, "conditions": conds})
+
+
+def metadata_fingerprint(body: dict[str, Any]) -> str:
+    """The identity of what a reconcile reads of a resource's metadata (its uid and generation),
+    and of what a person may change to ask for a pass (labels, annotations), or a deletion."""
+    meta = body.get("metadata") or {}
+    read = ("uid", "generation", "labels", "annotations", "deletionTimestamp")
+    return manifest_hash({k: meta.get(k) for k in read})

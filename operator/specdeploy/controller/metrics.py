@@ -20,6 +20,11 @@ LEADER = Gauge(
     "1 while this replica reconciles (holds the Lease, or runs without leader election), else 0.",
 )
 WRITES = Counter("specdeploy_writes_total", "Writes sent to the apiserver, by kind.", ["kind"])
+ECHOES = Counter(
+    "specdeploy_status_echoes_total",
+    "Watch events of a SpeculativeDeployment that only showed back the status the operator "
+    "wrote, so no pass was run.",
+)
 EVENTS = Counter(
     "specdeploy_events_total",
     "Kubernetes Events on SpeculativeDeployments, by type and outcome: posted (a new Event), "

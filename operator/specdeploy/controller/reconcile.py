@@ -103,6 +103,8 @@ class Reconciler:
         self.pod_failures = FailureMemory()
         self.engine_logs = EngineLogs()
         self.ledger = WriteLedger()
+        # Per resource, the fingerprint of the metadata its last watch event carried.
+        self._metadata: dict[Key, str] = {}
         # As many passes at once as threads to make their API calls (controller-runtime's
         # MaxConcurrentReconciles); the rest wait holding only their key.
         self.queue = WorkQueue(
@@ -127,6 +129,20 @@ class Reconciler:
         if self.active:
             self.queue.enqueue(key)
 
+    def resource_changed(self, key: Key, body: dict[str, Any], view: ClusterView) -> None:
+        """A resource's watch event: a pass, unless it only shows back the status this operator
+        wrote last (every status write comes back so), with the metadata a pass reads unchanged:
+        a pass over it would compute what was written and write nothing. As controller-runtime's
+        GenerationChangedPredicate, but a status someone else wrote is still repaired."""
+        metadata = diffing.metadata_fingerprint(body)
+        seen, self._metadata[key] = self._metadata.get(key), metadata
+        status_ = diffing.status_fingerprint(body.get("status") or {})
+        if seen == metadata and self.ledger.last_written("status", key) == status_:
+            self.view = view
+            metrics.ECHOES.inc()
+            return
+        self.submit(key, view)
+
     def follow(self) -> None:
         """Another replica reconciles: keep the watch caches, write nothing."""
         self.active = False
@@ -146,6 +162,7 @@ class Reconciler:
         """A resource is gone: drop its pending retry, remembered writes, window and metric series."""
         self.queue.forget(key)
         self.ledger.forget(key)
+        self._metadata.pop(key, None)
         if self.engine_metrics is not None:
             self.engine_metrics.forget(key)
         metrics.forget_acceptance(key)

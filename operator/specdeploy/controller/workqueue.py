@@ -239,6 +239,12 @@ class WriteLedger:
             return False
         return remembered[0] == fingerprint
 
+    def last_written(self, kind: str, key: Key) -> str | None:
+        """The fingerprint of the last write of ``kind`` remembered for ``key``, whatever version
+        the cache shows now."""
+        remembered = self._written.get(key, {}).get(kind)
+        return None if remembered is None else remembered[0]
+
     def remember(self, kind: str, key: Key, fingerprint: str, cached_version: str | None) -> None:
         self._written.setdefault(key, {})[kind] = (fingerprint, cached_version)
 
