@@ -468,7 +468,7 @@ def test_the_watch_showing_back_our_status_write_runs_no_pass(harness: Harness) 
     def event(body: dict[str, Any]) -> str | None:
         harness.view.resources[key] = body
         before = _outcome_counts()
-        harness.deliver(lambda: harness.reconciler.resource_changed(key, body, harness.view))
+        harness.deliver(lambda: harness.reconciler.resource_changed(key, harness.view))
         moved = [o for o in OUTCOMES if _outcome_counts()[o] != before[o]]
         return moved[0] if moved else None
 

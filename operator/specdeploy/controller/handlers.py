@@ -285,7 +285,7 @@ async def on_resource(
     if event["type"] == "DELETED":
         memo.running().forget((namespace, name))
         return
-    memo.running().resource_changed((namespace, name), dict(event["object"]), _view(kwargs))
+    memo.running().resource_changed((namespace, name), _view(kwargs))
 
 
 async def on_child(namespace: str | None, labels: kopf.Labels, memo: OperatorMemo, **kwargs: Any) -> None:

@@ -129,11 +129,15 @@ class Reconciler:
         if self.active:
             self.queue.enqueue(key)
 
-    def resource_changed(self, key: Key, body: dict[str, Any], view: ClusterView) -> None:
-        """A resource's watch event: a pass, unless it only shows back the status this operator
-        wrote last (every status write comes back so), with the metadata a pass reads unchanged:
-        a pass over it would compute what was written and write nothing. As controller-runtime's
-        GenerationChangedPredicate, but a status someone else wrote is still repaired."""
+    def resource_changed(self, key: Key, view: ClusterView) -> None:
+        """A resource's watch event (the view holds its new version): a pass, unless it only shows
+        back the status this operator wrote last (every status write comes back so), with the
+        metadata a pass reads unchanged: a pass over it would compute what was written and write
+        nothing. As controller-runtime's GenerationChangedPredicate, but a status someone else
+        wrote is still repaired."""
+        body = view.resource(key)
+        if body is None:
+            return
         metadata = diffing.metadata_fingerprint(body)
         seen, self._metadata[key] = self._metadata.get(key), metadata
         status_ = diffing.status_fingerprint(body.get("status") or {})
