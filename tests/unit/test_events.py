@@ -14,6 +14,7 @@ from specdeploy.acceptance.verdict import EFFECTIVE, INSUFFICIENT_SAMPLES, LOW_A
 from specdeploy.controller import events
 from specdeploy.controller.conditions import Transition
 from specdeploy.controller.events import EventRecorder, Notice
+from specdeploy.controller.kube import EVENT_MESSAGE_LIMIT, event_message
 
 API_DOC = Path(__file__).parents[2] / "docs" / "api.md"
 TABLE_HEADING = "### Which transitions post an Event"
@@ -217,3 +218,11 @@ def test_a_failed_post_is_not_remembered(recorder: tuple[EventRecorder, FakeWrit
     writer.refuse = False
     record(body(), "Warning", "NoNodeFits", "no node")
     assert len(writer.posted) == 1 and writer.raised == []
+
+
+def test_a_long_message_keeps_its_start_and_its_end() -> None:
+    message = "pod p-1 container engine exited: " + "x" * 2000 + " CUDA out of memory"
+    cut = event_message(message)
+    assert len(cut) <= EVENT_MESSAGE_LIMIT
+    assert cut.startswith("pod p-1 container engine exited: ") and cut.endswith(" CUDA out of memory")
+    assert event_message("short") == "short"

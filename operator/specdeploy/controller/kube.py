@@ -23,6 +23,7 @@ from specdeploy.pipeline import ReadFailed, Unreachable
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 # An Event's message is meant for a person at a terminal; the apiserver's own limit is 1 KiB.
 EVENT_MESSAGE_LIMIT = 1024
+CUT = " ... "
 USER_AGENT = f"specdeploy/{__version__}"
 FIELD_MANAGER = "specdeploy"
 # The KubeClient attribute holding the typed client of each built-in API group it writes: the
@@ -57,6 +58,15 @@ def refusal_message(exc: ApiException) -> str:
         status = {}
     message = status.get("message") if isinstance(status, dict) else None
     return str(message or f"HTTP {exc.status} {exc.reason}")
+
+
+def event_message(message: str) -> str:
+    """``message`` within the apiserver's limit, its middle cut: the start names the pod, the end
+    holds the engine's error."""
+    if len(message) <= EVENT_MESSAGE_LIMIT:
+        return message
+    keep = (EVENT_MESSAGE_LIMIT - len(CUT)) // 2
+    return message[:keep] + CUT + message[-keep:]
 
 
 def load_config() -> None:
@@ -220,8 +230,7 @@ class KubeClient:
         meta = involved["metadata"]
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         name = name or f"{meta['name']}.{time.time_ns():x}"
-        if len(message) > EVENT_MESSAGE_LIMIT:
-            message = message[: EVENT_MESSAGE_LIMIT - 3] + "..."
+        message = event_message(message)
         # A plain body: the client's model classes cost more to build and serialise than the post.
         event: Any = {
             "apiVersion": "v1",
