@@ -374,5 +374,3 @@ def run(
     results.update(measure_restart(kubeconfig, workdir, count, timeout, operator_args))
     results.update(ratios(results))
     return results
-
-

@@ -128,5 +128,3 @@ def plot(runs: list[dict[str, Any]], out: Path) -> None:
     figure.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(out, dpi=110)
-
-
