@@ -323,6 +323,7 @@ def measure_idle(operator: LocalOperator, count: int, window: float, timeout: fl
     results["operatorRssMiB"] = round(peak_rss_mib(pid), 1)
     results["engineReadsPerMinute"] = round((engine_reads(after) - engine_reads(before)) * per_minute)
     results["writesByKind"] = by_label(after, "specdeploy_writes_total", "kind")
+    results["statusWritesByCause"] = by_label(after, "specdeploy_status_writes_total", "cause")
     return results
 
 

@@ -976,3 +976,21 @@ def test_replicas_get_a_disruption_budget_that_scaling_down_leaves_alone(harness
     single = harness.view.add(resource(name="single"))
     assert harness.run(single) == "converged"
     assert [m["kind"] for m in harness.kube.applies] == ["Deployment", "Service"]
+
+
+def test_each_status_write_is_counted_under_its_cause(harness: Harness) -> None:
+    """The metric that says where status writes come from: taking the resource up, then Ready."""
+
+    def causes() -> dict[str, float]:
+        return {
+            cause: REGISTRY.get_sample_value("specdeploy_status_writes_total", {"cause": cause}) or 0.0
+            for cause in ("first", api.READY, "readyReplicas")
+        }
+
+    before = causes()
+    converge_seed(harness)
+    harness.view.deployments[KEY] = {**harness.view.deployments[KEY], "status": rolled_out()}
+    assert harness.run() == "converged"
+    after = causes()
+    assert {c: after[c] - before[c] for c in after} == {"first": 1, api.READY: 1, "readyReplicas": 0}
+    assert status.write_cause({"conditions": [{"type": api.READY}]}, {"readyReplicas": 2}) == "readyReplicas"

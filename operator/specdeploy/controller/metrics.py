@@ -20,6 +20,12 @@ LEADER = Gauge(
     "1 while this replica reconciles (holds the Lease, or runs without leader election), else 0.",
 )
 WRITES = Counter("specdeploy_writes_total", "Writes sent to the apiserver, by kind.", ["kind"])
+STATUS_WRITES = Counter(
+    "specdeploy_status_writes_total",
+    "Status writes, by cause: first (taking the resource up), the type of the first condition "
+    "whose status, reason or message changed, else the first status field that did.",
+    ["cause"],
+)
 ECHOES = Counter(
     "specdeploy_status_echoes_total",
     "Watch events of a SpeculativeDeployment that only showed back the status the operator "

@@ -275,6 +275,7 @@ class Reconciler:
             else:
                 await self._run(self.kube.patch_status, key, new_status)
                 metrics.WRITES.labels("status").inc()
+                metrics.STATUS_WRITES.labels(status.write_cause(body.get("status") or {}, new_status)).inc()
                 self.ledger.remember("status", key, fingerprint, version)
         for notice in events.notices(transitions):
             await self._post(body, notice)

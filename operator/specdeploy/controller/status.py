@@ -229,6 +229,20 @@ def status_for(
     return patch, transitions
 
 
+def write_cause(current: dict[str, Any], patch: dict[str, Any]) -> str:
+    """Why a status write is made, for the metric that says where writes come from: ``first`` (no
+    status yet), the type of the first condition whose status, reason or message changed, else
+    the first field that did."""
+    stored = {c.get("type"): c for c in current.get("conditions") or []}
+    if not stored:
+        return "first"
+    for cond in patch.get("conditions") or []:
+        before = stored.get(cond["type"]) or {}
+        if any(before.get(k) != cond.get(k) for k in ("status", "reason", "message")):
+            return str(cond["type"])
+    return next((k for k, v in patch.items() if k != "conditions" and current.get(k) != v), "conditions")
+
+
 def multi_node(body: dict[str, Any]) -> bool:
     """Whether the resource's stored plan spans several nodes (or waits for LeaderWorkerSet)."""
     stored = body.get("status") or {}
