@@ -69,7 +69,23 @@ RELIED_ON = [
         "process_resource_event",
         "9ebeb2628dc986cd9c0eaff91676d33b456714e7c6099254a226d8503f86d081",
         "held workers must wait only for operator_indexed's overall state (wait_for(True)), which "
-        "is what the wake-up fix keeps notifying",
+        "is what the wake-up fix keeps notifying; it must call `indexing.index_resource` through "
+        "the module attribute, before any handler, and read the body only through `body` and "
+        "`raw_event` afterwards (which the thinning replaces)",
+    ),
+    Relied(
+        "kopf._core.engines.indexing",
+        "index_resource",
+        "61dfd9c83927c8230afd5e5024ba01b05e8c3eca70c3d2a1cf31c73b591b02fd",
+        "replaced by a wrapper that takes only keyword arguments (resource, raw_event, body) and "
+        "thins the event's object once this has run every index function over it",
+    ),
+    Relied(
+        "kopf._cogs.structs.dicts",
+        "ReplaceableMappingView",
+        "fa060f2802c8578787994bff33d124c60c11e9309e8ed14ecbc85f724bfbb65d",
+        "_replace_with(mapping) must repoint kopf's Body (and its metadata view) at the thinned "
+        "object, dropping its reference to the whole one",
     ),
     Relied(
         "kopf._core.reactor.processing",
@@ -229,3 +245,45 @@ def test_engine_pods_arrive_thinned_and_other_kinds_whole(monkeypatch: pytest.Mo
     assert pod == {"metadata": {"name": "p"}, "spec": thinned, "status": {}}
     deployment = asyncio.run(first(kopf.Resource("apps", "v1", "deployments")))
     assert deployment == arriving()["object"]
+
+
+def test_identity_keeps_what_kopf_and_the_metadata_handlers_read() -> None:
+    kept = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}}
+    assert kopf_tuning.identity({**kept, "spec": {}, "status": {}}) == kept
+    assert kopf_tuning.identity({"metadata": {"uid": "u"}}) == {"metadata": {"uid": "u"}}
+
+
+IDENTITY = {"apiVersion": "v1", "kind": "X", "metadata": {"name": "o", "labels": {"a": "b"}}}
+
+
+def test_indexed_objects_of_identity_only_kinds_are_thinned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kopf's processing indexes through the module attribute the operator replaces; the index
+    functions see the whole object, the rest of the event's handling its identity only (for the
+    kinds named), and other kinds (nodes, whose handler reads the body) stay whole."""
+    from kopf._core.engines import indexing
+    from kopf._core.reactor import processing
+
+    indexed: list[Any] = []
+
+    async def kopf_index(**kwargs: Any) -> None:
+        indexed.append(dict(kwargs["body"]))
+
+    def arriving() -> dict[str, Any]:
+        return {"type": "ADDED", "object": {**IDENTITY, "spec": {"s": 1}, "status": {"t": 2}}}
+
+    monkeypatch.setattr(kopf_tuning, "_KOPF_INDEX", kopf_index)
+    monkeypatch.setattr(indexing, "index_resource", indexing.index_resource)
+    kopf_tuning.thin_indexed_objects([("apps", "deployments")])
+    assert processing.indexing is indexing
+
+    def handled(resource: kopf.Resource) -> tuple[Any, Any]:
+        event = arriving()
+        body = kopf.Body(event["object"])
+        asyncio.run(indexing.index_resource(resource=resource, raw_event=event, body=body))
+        return event["object"], dict(body)
+
+    thinned, view = handled(kopf.Resource("apps", "v1", "deployments"))
+    assert indexed[-1] == arriving()["object"]
+    assert thinned == view == IDENTITY
+    whole, view = handled(kopf.Resource("", "v1", "nodes"))
+    assert whole == view == arriving()["object"]

@@ -306,6 +306,10 @@ def register_children(registry: kopf.OperatorRegistry | None = None) -> None:
 
 register_children()
 
+# The kinds whose event handlers (on_resource, on_child) read an object's identity alone, its
+# index function having packed the whole: kopf_tuning thins their events once indexed.
+IDENTITY_ONLY_KINDS = ((api.GROUP, api.PLURAL), *((kind.group, kind.plural) for kind in children.CHILD_KINDS))
+
 
 @kopf.on.event(CRD_GROUP, "v1", "customresourcedefinitions", field="metadata.name", value=LWS_CRD)
 async def on_leader_worker_set_crd(

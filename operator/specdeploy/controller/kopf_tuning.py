@@ -18,27 +18,35 @@ until every resource was reconciled, at 330 MiB, nearly all of it in kopf itself
   Each object is stripped of what no reconcile reads as it leaves the watch stream (engine pods
   down to what their projection reads), and the first listing comes in chunks, so a restart
   never holds a whole list's JSON at once.
+- Indexed bodies: a resource and its children are read whole only by their index functions,
+  which pack them; their event handlers read the identity alone (type, name, namespace,
+  labels). Once indexed, each such event keeps only apiVersion, kind and metadata, so the
+  events held during pre-population (every resource, Deployment and Service) hold no spec or
+  status: a restart's peak at 1000 resources fell by about 7 MiB (docs/scale.md).
 
-The diff base and the chunked listing go through ``kopf.OperatorSettings``; the wake-up fix and
-the stripping replace functions in kopf's private modules, which no setting reaches. Hence the
-pin of kopf to one minor release in pyproject.toml, and tests/unit/test_kopf_tuning.py, which
-fails when any kopf code these rely on changes.
+The diff base and the chunked listing go through ``kopf.OperatorSettings``; the wake-up fix,
+the stripping and the thinning after indexing replace functions in kopf's private modules,
+which no setting reaches. Hence the pin of kopf to one minor release in pyproject.toml, and
+tests/unit/test_kopf_tuning.py, which fails when any kopf code these rely on changes.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from typing import Any
 
 import kopf
 from kopf._cogs.aiokits import aiotoggles
 from kopf._cogs.clients import watching
+from kopf._core.engines import indexing
 
 from specdeploy.controller import pods
 from specdeploy.controller.cached import strip_unread
 
 # Objects per page of the first listing of a kind (kopf lists everything at once by default).
-LIST_CHUNK = 250
+# Each page's objects wait, whole, for their workers to index (and thin) them: pages of 50
+# instead of 250 lowered a restart's peak at 1000 resources by 9 MiB (docs/scale.md).
+LIST_CHUNK = 50
 
 
 class NoDiffBase(kopf.AnnotationsDiffBaseStorage):
@@ -94,6 +102,36 @@ def strip_watched_objects() -> None:
     """Strip every watched object of what no reconcile reads as it arrives (idempotent; before
     kopf starts)."""
     watching.infinite_watch = _stripped_watch
+
+
+# What an event keeps of an object once indexed: what kopf and a metadata-only handler read.
+IDENTITY = ("apiVersion", "kind", "metadata")
+
+_KOPF_INDEX = indexing.index_resource
+
+
+def identity(body: dict[str, Any]) -> dict[str, Any]:
+    """The object without its spec, status or any other top-level field but its identity."""
+    return {key: body[key] for key in IDENTITY if key in body}
+
+
+def _index_then_thin(kinds: frozenset[tuple[str, str]]) -> Callable[..., Any]:
+    async def index_resource(**kwargs: Any) -> None:
+        await _KOPF_INDEX(**kwargs)
+        resource, event = kwargs["resource"], kwargs["raw_event"]
+        if (resource.group, resource.plural) in kinds and isinstance(event.get("object"), dict):
+            # Both the event and kopf's view of its body must let go of the whole object.
+            event["object"] = identity(event["object"])
+            kwargs["body"]._replace_with(event["object"])
+
+    return index_resource
+
+
+def thin_indexed_objects(kinds: Collection[tuple[str, str]]) -> None:
+    """After kopf has indexed an event of one of ``kinds`` (group, plural), keep only the object's
+    identity in the event: those kinds' event handlers must read no spec or status (idempotent;
+    before kopf starts)."""
+    indexing.index_resource = _index_then_thin(frozenset(kinds))
 
 
 def quiet_toggle_sets() -> None:
