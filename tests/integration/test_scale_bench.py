@@ -69,9 +69,10 @@ def test_small_scale_run_reports_both_paths(tmp_path: Path) -> None:
     # The operator's standing properties: nothing written while idle or on a restart.
     assert figures["idleWritesPerMinute"] == 0
     assert figures["restartWrites"] == 0
-    # A healthy start posts one Event, Ready (the reader is off: no verdict), and the namespace
-    # holds the controllers' and scheduler's Events besides.
-    assert figures["eventsPerResource"] == 1
+    # A healthy start posts Ready and, where Ready turned True before the rollout was complete, a
+    # RolloutComplete: at most 2 Events (the reader is off: no verdict). The namespace holds the
+    # controllers' and scheduler's Events besides.
+    assert 1 <= figures["eventsPerResource"] <= 2
     assert figures["namespaceEventsPerResource"] > figures["eventsPerResource"]
     assert figures["applyAloneSeconds"] > 0
     # Both paths' rollouts cost the sandbox's control plane CPU, measured from its processes.
