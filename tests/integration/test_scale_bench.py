@@ -69,8 +69,8 @@ def test_small_scale_run_reports_both_paths(tmp_path: Path) -> None:
     # The operator's standing properties: nothing written while idle or on a restart.
     assert figures["idleWritesPerMinute"] == 0
     assert figures["restartWrites"] == 0
-    # A healthy start posts Ready and, where Ready turned True before the rollout was complete, a
-    # RolloutComplete: at most 2 Events (the reader is off: no verdict). The namespace holds the
+    # A healthy start posts Ready, and at most one milestone more (a RolloutComplete in a later
+    # pass): at most 2 Events a resource (the reader is off: no verdict). The namespace holds the
     # controllers' and scheduler's Events besides.
     assert 1 <= figures["eventsPerResource"] <= 2
     assert figures["namespaceEventsPerResource"] > figures["eventsPerResource"]
