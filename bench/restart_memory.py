@@ -24,9 +24,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 from kubernetes import config
 from scale_paths import NAMESPACE, RESYNC_QUIET_S, SETTLE_QUIET_S, prepare_cluster, write_resources
-from scale_probes import flat, kubectl, milestones, peak_rss_mib, ready_resources, reconciles, scrape, writes
+from scale_probes import (
+    flat,
+    kubectl,
+    milestones,
+    peak_rss_mib,
+    ready_resources,
+    reconciles,
+    rss_mib,
+    scrape,
+    writes,
+)
 
 from specdeploy_sandbox.cluster import Sandbox
 from specdeploy_sandbox.operator_process import start_operator
@@ -71,20 +82,13 @@ threading.Thread(
 """
 
 
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
-
-
-def sample_rss(pid: int, stop: threading.Event, out: list[tuple[float, int]]) -> None:
-    """VmRSS every SAMPLE_S until ``stop`` (or the process is gone)."""
+def sample_rss(pid: int, stop: threading.Event, out: list[tuple[float, float]]) -> None:
+    """Resident MiB every SAMPLE_S until ``stop`` (or the process is gone)."""
     started = time.monotonic()
     while not stop.wait(SAMPLE_S):
         try:
-            out.append((time.monotonic() - started, rss_kib(pid)))
-        except OSError:
+            out.append((time.monotonic() - started, rss_mib(pid)))
+        except psutil.Error:
             return
 
 
@@ -108,7 +112,7 @@ def restart(
     operator = start_operator(kubeconfig, workdir / f"operator-{label}.log", None)
     started = time.monotonic()
     pid = operator.process.pid
-    samples: list[tuple[float, int]] = []
+    samples: list[tuple[float, float]] = []
     stop = threading.Event()
     sampler = threading.Thread(target=sample_rss, args=(pid, stop, samples), daemon=True)
     sampler.start()
@@ -129,9 +133,9 @@ def restart(
         stop.set()
         sampler.join()
         operator.stop()
-    peak_at = max(samples, key=lambda sample: sample[1]) if samples else (0.0, 0)
+    peak_at = max(samples, key=lambda sample: sample[1]) if samples else (0.0, 0.0)
     result["sampledPeakAtSeconds"] = round(peak_at[0], 1)
-    result["rssMiBEverySecond"] = [round(kib / 1024) for at, kib in samples if at % 1.0 < SAMPLE_S]
+    result["rssMiBEverySecond"] = [round(mib) for at, mib in samples if at % 1.0 < SAMPLE_S]
     return result
 
 
