@@ -36,6 +36,7 @@ from scale_probes import (
     reconciles,
     rss_mib,
     scrape,
+    settle,
     writes,
 )
 
@@ -99,7 +100,7 @@ def bring_ready(kubeconfig: Path, count: int, workdir: Path, timeout: float) -> 
     operator = start_operator(kubeconfig, workdir / "operator.log", None)
     try:
         milestones({"ready": lambda: ready_resources(NAMESPACE) == count}, time.monotonic(), timeout)
-        flat(lambda: writes(scrape(operator.metrics_url)), SETTLE_QUIET_S, timeout)
+        settle(operator.metrics_url, NAMESPACE, count, SETTLE_QUIET_S, timeout, reader=True)
     finally:
         operator.stop()
 

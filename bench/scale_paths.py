@@ -27,11 +27,13 @@ from scale_probes import (
     kubectl,
     milestones,
     peak_rss_mib,
+    reads_engines,
     ready_resources,
     reconciles,
     rollout_checks,
     rss_mib,
     scrape,
+    settle,
     writes,
 )
 from scale_report import ratios
@@ -59,8 +61,8 @@ GPUS_PER_NODE = 8
 GPU_INVENTORY = f"h100-80gb:{GPUS_PER_NODE}"
 # The engine metrics reader's interval (the operator's default).
 READ_INTERVAL_S = 30.0
-# How long the write counter must stay flat before the operator counts as settled: longer than
-# a read interval, so the reader's verdict on the last pods to become Ready is in.
+# How long the write counter must stay flat, once every verdict is in, before the operator
+# counts as settled: longer than a read interval, so no round's write is still to come.
 SETTLE_QUIET_S = READ_INTERVAL_S + 10.0
 # A restarted operator has re-reconciled everything once its reconcile counter stops moving.
 RESYNC_QUIET_S = 5.0
@@ -301,13 +303,15 @@ def measure_to_ready(
     return results
 
 
-def measure_idle(operator: LocalOperator, count: int, window: float, timeout: float) -> dict[str, Any]:
+def measure_idle(
+    operator: LocalOperator, count: int, window: float, timeout: float, reader: bool
+) -> dict[str, Any]:
     """What a settled operator still costs: writes, CPU and engine reads over an idle window."""
     pid = operator.process.pid
     results: dict[str, Any] = {}
-    # Ready can precede the last rollout transitions and the reader's verdicts: wait until the
-    # write counter has been flat before measuring the idle window.
-    settle_seconds, settled = flat(lambda: writes(scrape(operator.metrics_url)), SETTLE_QUIET_S, timeout)
+    # Ready precedes the reader's verdicts (a window later) and can precede the last rollout
+    # transitions: wait for both before measuring the idle window.
+    settle_seconds, settled = settle(operator.metrics_url, NAMESPACE, count, SETTLE_QUIET_S, timeout, reader)
     results["settleAfterReadySeconds"] = round(settle_seconds, 1)
     results["writesPerResource"] = round(settled / count, 2)
     results["eventsPerResource"] = operator_events_per_resource(NAMESPACE, count)
@@ -369,7 +373,7 @@ def run(
     operator = start_operator(kubeconfig, workdir / "operator.log", None, operator_args)
     try:
         results.update(measure_to_ready(kubeconfig, operator, count, workdir, timeout))
-        results.update(measure_idle(operator, count, idle_window, timeout))
+        results.update(measure_idle(operator, count, idle_window, timeout, reads_engines(operator_args)))
     finally:
         operator.stop()
     results.update(measure_restart(kubeconfig, workdir, count, timeout, operator_args))

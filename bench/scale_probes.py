@@ -115,15 +115,27 @@ def ready_deployments(namespace: str) -> int:
     )
 
 
-def ready_resources(namespace: str) -> int:
+def _with_condition(namespace: str, held: Callable[[dict[str, Any]], bool]) -> int:
+    """Resources of ``namespace`` holding a condition for which ``held`` is true."""
     items = client.CustomObjectsApi().list_namespaced_custom_object(
         api.GROUP, api.VERSION, namespace, api.PLURAL
     )["items"]
-    return sum(
-        1
-        for item in items
-        for cond in item.get("status", {}).get("conditions", [])
-        if cond["type"] == api.READY and cond["status"] == "True"
+    return sum(1 for item in items for cond in item.get("status", {}).get("conditions", []) if held(cond))
+
+
+def ready_resources(namespace: str) -> int:
+    return _with_condition(namespace, lambda c: c["type"] == api.READY and c["status"] == "True")
+
+
+# SpeculationEffective reasons that are not yet a verdict on the pods being read.
+NO_VERDICT_YET = ("InsufficientSamples", "NotServing")
+
+
+def judged_resources(namespace: str) -> int:
+    """Resources whose engine metrics reader's verdict is in (on simulated pods, which answer no
+    /metrics: MetricsUnavailable, a whole window after their first read)."""
+    return _with_condition(
+        namespace, lambda c: c["type"] == api.SPECULATION_EFFECTIVE and c["reason"] not in NO_VERDICT_YET
     )
 
 
@@ -149,8 +161,10 @@ def milestones(checks: dict[str, Callable[[], bool]], started: float, timeout: f
 def rollout_checks(namespace: str, count: int) -> dict[str, Callable[[], bool]]:
     apps, core = client.AppsV1Api(), client.CoreV1Api()
     return {
-        "children": lambda: count_objects(apps.list_namespaced_deployment, namespace) == count
-        and count_objects(core.list_namespaced_service, namespace) == count,
+        "children": lambda: (
+            count_objects(apps.list_namespaced_deployment, namespace) == count
+            and count_objects(core.list_namespaced_service, namespace) == count
+        ),
         "ready": lambda: ready_deployments(namespace) == count,
     }
 
@@ -170,3 +184,19 @@ def flat(read: Callable[[], float], quiet: float, timeout: float) -> tuple[float
     return moved - started, last
 
 
+def settle(
+    metrics_url: str, namespace: str, count: int, quiet: float, timeout: float, reader: bool
+) -> tuple[float, float]:
+    """Wait until the operator is done with a rollout: with its engine metrics reader on, every
+    verdict in (which comes a window after Ready), then its write counter flat for ``quiet`` s.
+    Returns (seconds until the last write, writes)."""
+    started = time.monotonic()
+    if reader:
+        milestones({"judged": lambda: judged_resources(namespace) == count}, started, timeout)
+    _, settled = flat(lambda: writes(scrape(metrics_url)), quiet, timeout)
+    return time.monotonic() - started - quiet, settled
+
+
+def reads_engines(operator_args: tuple[str, ...]) -> bool:
+    """Whether an operator started with these arguments runs its engine metrics reader."""
+    return not any(arg.replace(" ", "=") == "--acceptance-interval=0" for arg in operator_args)

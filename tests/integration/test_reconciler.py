@@ -267,9 +267,9 @@ def _events_of(kubectl: Kubectl, namespace: str, name: str) -> list[str]:
 
 def _settled(kubectl: Kubectl, namespace: str, name: str) -> bool:
     """The rollout is complete, with its Event posted, and the engine metrics reader found the
-    simulated pod silent (MetricsUnavailable, no Event): the last writes the operator makes for a
-    new resource (an Event follows its status patch). The rollout's news is a Ready Event, or a
-    RolloutComplete one when Ready turned True in an earlier pass."""
+    simulated pod silent for a whole window (MetricsUnavailable, no Event): the last writes the
+    operator makes for a new resource (an Event follows its status patch). The rollout's news is
+    a Ready Event, or a RolloutComplete one when Ready turned True in an earlier pass."""
     body = ready(kubectl, namespace, name)
     progressing = condition(body, "Progressing") if body else None
     if not progressing or progressing["reason"] != "RolloutComplete":
@@ -286,7 +286,8 @@ def test_unchanged_resource_reconciles_with_zero_writes(
     if cluster.audit_log is None:
         pytest.skip("needs the sandbox's audit log")
     created = cluster.audit_log.stat().st_size
-    apply(kubectl, namespace, example())
+    # The shortest window, so that the reader's verdict on the silent pod comes within the wait.
+    apply(kubectl, namespace, example(acceptance={"windowSeconds": 30}))
     wait_for(lambda: _settled(kubectl, namespace, "qwen3-30b-a3b-eagle3"), 90, "the rollout to complete")
     # A RolloutComplete event may still follow a Ready one posted by an earlier pass.
     posted = RoseThenQuiet(lambda: len(_events_of(kubectl, namespace, "qwen3-30b-a3b-eagle3")), 0, 2.0)

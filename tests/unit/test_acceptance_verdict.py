@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -192,12 +193,20 @@ def test_old_figures_are_kept_when_traffic_stops() -> None:
     assert acceptance is stored and condition.reason == "LowAcceptance"
 
 
-def test_before_the_first_read_the_stored_reason_stands() -> None:
-    """An operator restart (no reading yet) must not flip MetricsUnavailable and back."""
+def test_until_a_pod_answers_the_stored_reason_stands() -> None:
+    """An operator restart (no reading yet, then rounds of a window not yet silent) must not flip
+    MetricsUnavailable to InsufficientSamples and back."""
     failed = reading(0, 0, answered=0, failure="pod p-1: Connection refused")
     _, unreachable = judge(None, failed, 1, POLICY)
     _, after_restart = judge(None, None, 1, POLICY, previous=unreachable)
     assert after_restart == unreachable
+    not_yet = replace(failed, silent=False)
+    _, first_round = judge(None, not_yet, 1, POLICY, previous=unreachable)
+    assert first_round == unreachable
+    _, new_pod = judge(None, not_yet, 1, POLICY)
+    assert new_pod.reason == "InsufficientSamples"
+    _, answered = judge(None, reading(0, 0), 1, POLICY, previous=unreachable)
+    assert answered.reason == "InsufficientSamples"
     _, not_serving = judge(None, None, 0, POLICY)
     _, serving_again = judge(None, None, 1, POLICY, previous=not_serving)
     assert serving_again.reason == "InsufficientSamples"

@@ -215,16 +215,45 @@ def test_unreachable_pods_are_reported_and_do_not_stop_the_others() -> None:
     assert fine is not None and fine.answered == 1 and fine.failure is None
 
 
+def test_pods_are_unavailable_only_after_a_whole_silent_window() -> None:
+    """A pod that has not answered yet is news only once a whole window (300 s here) has gone by
+    since its first round: a new pod, or every pod after an operator restart, fails a round or
+    two, and that must not cost a status write each way."""
+    view, fetch, clock = View(), FakeFetch(), Clock()
+    key = one_pair(view)
+    fetch.answers[url("10.0.0.1")] = FetchError("Connection refused")
+    subject = reader(fetch, clock)
+    for now, silent in ((0, False), (300, False), (301, True)):
+        clock.now = now
+        asyncio.run(subject.read_round(view))
+        found = subject.reading(key)
+        assert found is not None and found.answered == 0 and found.silent is silent, now
+    _, condition = status.speculation(view.resources[key], COMMAND, found, 1)
+    assert condition.reason == "MetricsUnavailable"
+    # An answer ends it; the next silent window counts from that answer.
+    clock.now = 330
+    fetch.answers[url("10.0.0.1")] = exposition(0, 0)
+    asyncio.run(subject.read_round(view))
+    fetch.answers[url("10.0.0.1")] = FetchError("Connection refused")
+    for now, silent in ((630, False), (631, True)):
+        clock.now = now
+        asyncio.run(subject.read_round(view))
+        found = subject.reading(key)
+        assert found is not None and found.silent is silent, now
+
+
 def test_a_pod_of_an_unknown_engine_is_not_read_as_vllm() -> None:
     """A pod labelled with an engine this operator does not know (another release's, or no label)
     is not fetched and not parsed with vLLM's names: the failure says why and reaches the
-    condition as MetricsUnavailable."""
+    condition as MetricsUnavailable once the window has passed without an answer."""
     for label in ("tgi", ""):
         view, fetch, clock = View(), FakeFetch(), Clock()
         key = one_pair(view, engine=label)
         fetch.answers[url("10.0.0.1")] = exposition(50, 150)
         subject = reader(fetch, clock)
         assert asyncio.run(subject.read_round(view)) == [key]
+        clock.now = 301
+        asyncio.run(subject.read_round(view))
         assert fetch.urls == []
         found = subject.reading(key)
         assert found is not None and found.answered == 0 and found.counters.drafts == 0

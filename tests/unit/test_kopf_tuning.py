@@ -71,7 +71,31 @@ RELIED_ON = [
         "held workers must wait only for operator_indexed's overall state (wait_for(True)), which "
         "is what the wake-up fix keeps notifying; it must call `indexing.index_resource` through "
         "the module attribute, before any handler, and read the body only through `body` and "
-        "`raw_event` afterwards (which the thinning replaces)",
+        "`raw_event` afterwards (which the thinning replaces); the index-only path repeats its "
+        "steps up to the wait (recall, forget when DELETED, Body, index_resource, drop_toggle) "
+        "for kinds with no daemons, whose live_fresh_body it skips",
+    ),
+    Relied(
+        "kopf._core.reactor.running",
+        "spawn_tasks",
+        "e42fd1cf8d2704a7c21f131e7403560f786af6fcc85f5d79adcd953868b87ddc",
+        "must build the watchers' processor from `processing.process_resource_event` looked up "
+        "through the module attribute when the operator starts (so the index-only wrapper is seen)",
+    ),
+    Relied(
+        "kopf._core.reactor.queueing",
+        "worker",
+        "676b69c494f2d7fed4fb86a4722b3e068a36691e5dabfd4207c77dd5b703408d",
+        "passes resource_indexed and operator_indexed to the processor with every event, and "
+        "exits once its backlog has been empty for idle_timeout: what frees an index-only event's "
+        "task and queue",
+    ),
+    Relied(
+        "kopf._core.reactor.inventory",
+        "ResourceMemories",
+        "19d5eaf717d016de01aa7b8b42f598f759f033e5c73cb6d27fd04189b1fe6f52",
+        "the index-only path calls recall(raw_body, noticed_by_listing=, memobase=) and "
+        "forget(raw_body) as process_resource_event does, and reads memo and indexing_memory",
     ),
     Relied(
         "kopf._core.engines.indexing",
@@ -287,3 +311,77 @@ def test_indexed_objects_of_identity_only_kinds_are_thinned(monkeypatch: pytest.
     assert thinned == view == IDENTITY
     whole, view = handled(kopf.Resource("", "v1", "nodes"))
     assert whole == view == arriving()["object"]
+
+
+def test_child_events_are_only_indexed_until_every_kind_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the first listings are indexed, an object of a named kind arriving in them is indexed
+    through kopf's real indexing and its pre-population toggle dropped, and kopf's processing
+    (which would hold the worker until every kind is indexed, then call the handlers) is not
+    entered; its later events, every event once indexed, and other kinds go through kopf's
+    processing as before."""
+    from kopf._core.engines import indexing
+    from kopf._core.reactor import inventory, processing
+
+    monkeypatch.setattr(processing, "process_resource_event", processing.process_resource_event)
+    monkeypatch.setattr(indexing, "index_resource", kopf_tuning._KOPF_INDEX)
+    processed: list[str] = []
+
+    async def kopf_process(**kwargs: Any) -> None:
+        processed.append(kwargs["raw_event"]["object"]["metadata"]["name"])
+
+    monkeypatch.setattr(kopf_tuning, "_KOPF_PROCESS", kopf_process)
+    kopf_tuning.index_only_while_listing([("apps", "deployments")])
+    registry = kopf.OperatorRegistry()
+
+    @kopf.index("apps", "v1", "deployments", id="names", registry=registry)
+    def names(name: str, **_: Any) -> dict[str, str]:
+        return {name: name}
+
+    indexers = indexing.OperatorIndexers()
+    indexers.ensure(registry._indexing.get_all_handlers())
+    deployments, nodes = kopf.Resource("apps", "v1", "deployments"), kopf.Resource("", "v1", "nodes")
+
+    def event(name: str) -> dict[str, Any]:
+        return {
+            "type": None,
+            "object": {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": name, "uid": name},
+            },
+        }
+
+    async def scenario() -> tuple[bool, bool]:
+        operator_indexed = aiotoggles.ToggleSet(all)
+        listing = await operator_indexed.make_toggle(name="listing")
+        toggles = [await operator_indexed.make_toggle(name=n) for n in ("a", "b")]
+        common = {
+            "registry": registry,
+            "indexers": indexers,
+            "settings": kopf.OperatorSettings(),
+            "memories": inventory.ResourceMemories(),
+            "memobase": kopf.Memo(),
+            "operator_indexed": operator_indexed,
+        }
+        process = processing.process_resource_event
+        await asyncio.wait_for(
+            process(resource=deployments, raw_event=event("a"), resource_indexed=toggles[0], **common), 5
+        )
+        # The same object again, its toggle gone: kopf's processing (which holds it meanwhile).
+        await asyncio.wait_for(
+            process(resource=deployments, raw_event=event("a2"), resource_indexed=toggles[0], **common), 5
+        )
+        await asyncio.wait_for(
+            process(resource=nodes, raw_event=event("n"), resource_indexed=toggles[1], **common), 5
+        )
+        # Only the deployment's object toggle is gone: the node's is dropped by kopf's processing.
+        left = set(operator_indexed._toggles)
+        await operator_indexed.drop_toggle(listing)
+        await operator_indexed.drop_toggle(toggles[1])
+        await process(resource=deployments, raw_event=event("b"), resource_indexed=toggles[0], **common)
+        return left == {listing, toggles[1]}, operator_indexed.is_on()
+
+    dropped_own_toggle, indexed = asyncio.run(scenario())
+    assert dropped_own_toggle and indexed
+    assert processed == ["a2", "n", "b"]
+    assert dict(indexers.indices["names"]).keys() == {"a"}

@@ -12,6 +12,7 @@ import socket
 import struct
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -427,3 +428,28 @@ def tokenizer_gets() -> int:
     return sum(
         1 for method, path in HubHandler.requests if method == "GET" and path.endswith("/tokenizer.json")
     )
+
+
+def test_concurrent_lookups_of_one_tokenizer_ask_the_hub_once(hub: str, tmp_path: Path) -> None:
+    """A restart's passes all want the same model's tokenizer at once: one lookup, the others
+    wait for its answer."""
+
+    def tokenizer_requests() -> int:
+        return sum("tokenizer" in path for _, path in HubHandler.requests)
+
+    alone = ModelResolver(cache_dir=tmp_path / "alone", retry=FAST)
+    alone.resolve("hub-org/tiny-verifier", endpoint=hub, want_tokenizer=True)
+    once = tokenizer_requests()
+    assert once > 0
+    HubHandler.requests = []
+    resolver = ModelResolver(cache_dir=tmp_path / "together", retry=FAST)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        found = list(
+            pool.map(
+                lambda _: resolver.resolve("hub-org/tiny-verifier", endpoint=hub, want_tokenizer=True),
+                range(8),
+            )
+        )
+    assert tokenizer_requests() == once
+    assert {info.tokenizer_dir for info in found} == {found[0].tokenizer_dir} != {None}
+    assert resolver._fetching == {}

@@ -42,7 +42,8 @@ class Reading:
 
     ``command``: digest of the command whose pods were read (a reading of another command says
     nothing about this one); ``targets``: ready pods running it that were asked; ``answered``:
-    those that returned speculative decoding counters; ``silent``: none has within the window;
+    those that returned speculative decoding counters; ``silent``: none has for a whole window
+    (counted from the first round that asked this command's pods);
     ``failure``: why the first of the others did not.
     """
 
@@ -123,8 +124,9 @@ def condition(
 ) -> Condition:
     """SpeculationEffective from the figures status holds, else from why there are none.
 
-    Before the first read (an operator just started) a stored "why none" stands: a restart
-    must not flip MetricsUnavailable to InsufficientSamples and back.
+    Until a pod answers (an operator just started, or its pods became Ready), a stored "why
+    none" stands: a restart must not flip MetricsUnavailable to InsufficientSamples and back
+    before its own window has run out.
     """
     threshold = f"spec.acceptance.minMeanLength {policy.min_mean_length:g}"
     if serving == 0:
@@ -153,7 +155,8 @@ def condition(
             ),
         )
     waiting = (METRICS_UNAVAILABLE, INSUFFICIENT_SAMPLES)
-    if reading is None and previous is not None and previous.reason in waiting:
+    unanswered = reading is None or (reading.answered == 0 and not reading.silent)
+    if unanswered and previous is not None and previous.reason in waiting:
         return previous
     if reading is not None and reading.silent:
         silent = (

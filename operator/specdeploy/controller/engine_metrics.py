@@ -124,11 +124,19 @@ class _Read:
 
 @dataclass
 class _Held:
-    """One resource's window, for one command, and when a pod of it last answered."""
+    """One resource's window, for one command: when its pods were first asked and when one of
+    them last answered."""
 
     command: str
+    since: float
     window: acceptance.Window = field(default_factory=acceptance.Window)
     answered_at: float | None = None
+
+    def silent(self, now: float, window_seconds: int) -> bool:
+        """No pod has answered for a whole window: not merely not yet, which every new pod and
+        every restarted operator is for a round or two."""
+        last = self.answered_at if self.answered_at is not None else self.since
+        return now - last > window_seconds
 
 
 class EngineMetricsReader:
@@ -270,7 +278,7 @@ class EngineMetricsReader:
         digest = command_digest((body.get("status") or {}).get("command") or [])
         held = self._held.get(key)
         if held is None or held.command != digest:
-            held = self._held[key] = _Held(digest)
+            held = self._held[key] = _Held(digest, since=now)
         for read in reads:
             if read.counters is not None:
                 held.window.record(
@@ -290,7 +298,7 @@ class EngineMetricsReader:
             measured_at=wall,
             targets=len(reads),
             answered=sum(read.counters is not None for read in reads),
-            silent=held.answered_at is None or now - held.answered_at > policy.window_seconds,
+            silent=held.silent(now, policy.window_seconds),
             failure=next((read.failure for read in reads if read.failure), None),
             counters=totals.counters,
             pods=totals.pods,

@@ -105,6 +105,7 @@ def main(options: OperatorOptions) -> int:
     kopf_tuning.quiet_toggle_sets()
     kopf_tuning.strip_watched_objects()
     kopf_tuning.thin_indexed_objects(handlers.IDENTITY_ONLY_KINDS)
+    kopf_tuning.index_only_while_listing(handlers.CHILD_WATCHES)
     asyncio.run(
         kopf.operator(
             standalone=True,

@@ -89,6 +89,9 @@ class ModelResolver:
         self._cache: OrderedDict[_CacheKey, ModelInfo] = OrderedDict()
         self._negative: OrderedDict[_CacheKey, _Negative] = OrderedDict()
         self._tokenizers: OrderedDict[_CacheKey, _Tokenizer] = OrderedDict()
+        # A lock per tokenizer lookup in flight, dropped when it ends: never more than the
+        # threads asking.
+        self._fetching: dict[_CacheKey, threading.Lock] = {}
         self.tokenizer_max_bytes = tokenizer_max_bytes
         self.tokenizer_deadline = tokenizer_deadline
 
@@ -184,18 +187,39 @@ class ModelResolver:
         endpoint: str | None,
         offline: bool,
     ) -> _Tokenizer:
-        """The model's tokenizer files from the hub (offline: from the local Hub cache), cached."""
+        """The model's tokenizer files from the hub (offline: from the local Hub cache), cached.
+
+        One lookup per model at a time: the passes of a restart, each wanting the same model's
+        files at once, wait for the first one's answer (found, or a failure kept until it is
+        retried) instead of each asking the hub (1,000 passes, up to one per I/O thread)."""
         with self._lock:
-            cached = self._tokenizers.get(key)
-            if cached is not None and (cached.expires is None or cached.expires > self._clock()):
-                self._tokenizers.move_to_end(key)
+            cached = self._fresh_tokenizer(key)
+            if cached is not None:
                 return cached
-        found = self._fetch_tokenizer(model, revision, token, endpoint, offline)
-        with self._lock:
-            self._tokenizers[key] = found
-            self._tokenizers.move_to_end(key)
-            self._trim(self._tokenizers)
+            fetching = self._fetching.setdefault(key, threading.Lock())
+        with fetching:
+            with self._lock:
+                cached = self._fresh_tokenizer(key)
+            if cached is not None:
+                return cached
+            try:
+                found = self._fetch_tokenizer(model, revision, token, endpoint, offline)
+                with self._lock:
+                    self._tokenizers[key] = found
+                    self._tokenizers.move_to_end(key)
+                    self._trim(self._tokenizers)
+            finally:
+                with self._lock:
+                    self._fetching.pop(key, None)
         return found
+
+    def _fresh_tokenizer(self, key: _CacheKey) -> _Tokenizer | None:
+        """The cached answer for ``key`` unless it is due to be retried (call with the lock held)."""
+        cached = self._tokenizers.get(key)
+        if cached is None or (cached.expires is not None and cached.expires <= self._clock()):
+            return None
+        self._tokenizers.move_to_end(key)
+        return cached
 
     def _fetch_tokenizer(
         self, model: str, revision: str | None, token: str | None, endpoint: str | None, offline: bool
