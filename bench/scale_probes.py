@@ -3,6 +3,7 @@ processes, object counts, and the waits (milestones in order, counters gone flat
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import time
@@ -198,5 +199,9 @@ def settle(
 
 
 def reads_engines(operator_args: tuple[str, ...]) -> bool:
-    """Whether an operator started with these arguments runs its engine metrics reader."""
-    return not any(arg.replace(" ", "=") == "--acceptance-interval=0" for arg in operator_args)
+    """Whether an operator started with these arguments runs its engine metrics reader (on
+    unless `--acceptance-interval 0`)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--acceptance-interval", type=float)
+    known, _ = parser.parse_known_args(operator_args)
+    return known.acceptance_interval != 0

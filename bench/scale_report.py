@@ -123,7 +123,7 @@ def plot(runs: list[dict[str, Any]], out: Path) -> None:
     for axis in (times, memory, calls):
         axis.set_xlabel("resources")
         axis.grid(alpha=0.3)
-        axis.legend(fontsize=7)
+        axis.legend(loc="upper left", fontsize=7)
     figure.suptitle("specdeploy at scale (sandbox control plane, simulated GPU nodes, one machine)")
     figure.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
