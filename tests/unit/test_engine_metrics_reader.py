@@ -68,7 +68,7 @@ def resource(name: str, **acceptance: Any) -> dict[str, Any]:
     return {
         "metadata": {"name": name, "namespace": NS},
         "spec": {"acceptance": {"minDraftTokens": 100, "windowSeconds": 300, **acceptance}},
-        "status": {"command": COMMAND},
+        "status": {"command": COMMAND, "readyReplicas": 1},
     }
 
 
@@ -195,6 +195,25 @@ def test_the_window_fills_and_a_reconcile_is_asked_for_once() -> None:
     found = subject.reading(key)
     assert found is not None and (found.counters.drafts, found.counters.accepted) == (50, 150)
     assert found.window_seconds == 60
+
+
+def test_a_pod_ready_before_its_deployment_counts_it_asks_for_no_reconcile() -> None:
+    """Status records no ready replica yet (the pod's watch runs ahead of its Deployment's): the
+    verdict stays NotServing until the pass that records the ready replica, so nothing moves."""
+    view, fetch, clock = View(), FakeFetch(), Clock()
+    key = one_pair(view)
+    view.resources[key]["status"]["readyReplicas"] = 0
+    view.resources[key]["status"]["conditions"] = [
+        {
+            "type": "SpeculationEffective",
+            "status": "Unknown",
+            "reason": "NotServing",
+            "message": "no ready engine pod runs the current command",
+        }
+    ]
+    fetch.answers[url("10.0.0.1")] = exposition(0, 0)
+    assert asyncio.run(reader(fetch, clock).read_round(view)) == []
+    assert fetch.urls == [url("10.0.0.1")]
 
 
 def test_unreachable_pods_are_reported_and_do_not_stop_the_others() -> None:

@@ -8,7 +8,8 @@ import asyncio
 import hashlib
 import importlib
 import inspect
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from copy import deepcopy
 from importlib import metadata
 from typing import Any, NamedTuple, cast
 
@@ -68,19 +69,61 @@ RELIED_ON = [
         "kopf._core.reactor.processing",
         "process_resource_event",
         "9ebeb2628dc986cd9c0eaff91676d33b456714e7c6099254a226d8503f86d081",
-        "held workers must wait only for operator_indexed's overall state (wait_for(True)), which "
-        "is what the wake-up fix keeps notifying; it must call `indexing.index_resource` through "
-        "the module attribute, before any handler, and read the body only through `body` and "
-        "`raw_event` afterwards (which the thinning replaces); the index-only path repeats its "
-        "steps up to the wait (recall, forget when DELETED, Body, index_resource, drop_toggle) "
-        "for kinds with no daemons, whose live_fresh_body it skips",
+        "the direct dispatch replaces it for kinds with index and event handlers only, repeating "
+        "its steps for them: index before any handler (discard everything on DELETED), drop the "
+        "object's pre-population toggle, wait for operator_indexed's overall state (wait_for(True), "
+        "which the wake-up fix keeps notifying), then the event handlers; nothing there patches, "
+        "so nothing is applied; its other steps (memories, loggers, throttling, daemons' fresh body) "
+        "serve what these kinds do not have",
+    ),
+    Relied(
+        "kopf._core.intents.registries",
+        "OperatorRegistry",
+        "aab7f321b8397f5636a378d856f7bd72a6a97baf4d5069d99f34e9567f41870b",
+        "the direct dispatch reads _indexing and _watching handlers, and routes a kind through kopf "
+        "when _changing or _spawning has any for it (_webhooks are called by the webhook server, "
+        "not by the watch)",
+    ),
+    Relied(
+        "kopf._core.intents.registries",
+        "_matches_resource",
+        "ee7aab429386f024690ef49903a07e888fef7846dfb857264b10f5ba66d7b56b",
+        "the direct dispatch picks a kind's handlers with it, as kopf's registries do",
+    ),
+    Relied(
+        "kopf._core.intents.registries",
+        "_matches_metadata",
+        "a6263e42f0a715b1db052cecd64afeb0892122e2290ee1c6a468ae5ae37cd517",
+        "the direct dispatch filters by labels with it, given no cause: it must read the cause only "
+        "for callable filters, which a directly dispatched handler never has",
+    ),
+    Relied(
+        "kopf._core.intents.handlers",
+        "ResourceHandler",
+        "72df2788f6ae53c64d2d39508aae5c74459ebae5ab75c0125dbfe4e02b92c95d",
+        "a handler is called directly only when labels is its sole filter (annotations, when, "
+        "field and value unset); a new filter field must be checked there too",
+    ),
+    Relied(
+        "kopf._core.engines.indexing",
+        "OperatorIndexers",
+        "e9189e4a78bc74effc64605454c5c3ad8ae1c86f43d822f6f97875d819eb4438",
+        "the direct dispatch keys objects with make_key(body), finds each index's indexer by the "
+        "handler's id and reads `indices` (id to Index) to hand the indices to the handlers",
+    ),
+    Relied(
+        "kopf._core.engines.indexing",
+        "OperatorIndexer",
+        "7d3b93a397526c54b7188e09b878f128cfd21684560bcb9c51d34b00e07da33d",
+        "the direct dispatch stores an index function's result with replace(key, result) and "
+        "drops an object with discard(key), as OperatorIndexers.replace does with outcomes",
     ),
     Relied(
         "kopf._core.reactor.running",
         "spawn_tasks",
         "e42fd1cf8d2704a7c21f131e7403560f786af6fcc85f5d79adcd953868b87ddc",
         "must build the watchers' processor from `processing.process_resource_event` looked up "
-        "through the module attribute when the operator starts (so the index-only wrapper is seen)",
+        "through the module attribute when the operator starts (so the direct dispatch is seen)",
     ),
     Relied(
         "kopf._core.reactor.queueing",
@@ -89,27 +132,6 @@ RELIED_ON = [
         "passes resource_indexed and operator_indexed to the processor with every event, and "
         "exits once its backlog has been empty for idle_timeout: what frees an index-only event's "
         "task and queue",
-    ),
-    Relied(
-        "kopf._core.reactor.inventory",
-        "ResourceMemories",
-        "19d5eaf717d016de01aa7b8b42f598f759f033e5c73cb6d27fd04189b1fe6f52",
-        "the index-only path calls recall(raw_body, noticed_by_listing=, memobase=) and "
-        "forget(raw_body) as process_resource_event does, and reads memo and indexing_memory",
-    ),
-    Relied(
-        "kopf._core.engines.indexing",
-        "index_resource",
-        "61dfd9c83927c8230afd5e5024ba01b05e8c3eca70c3d2a1cf31c73b591b02fd",
-        "replaced by a wrapper that takes only keyword arguments (resource, raw_event, body) and "
-        "thins the event's object once this has run every index function over it",
-    ),
-    Relied(
-        "kopf._cogs.structs.dicts",
-        "ReplaceableMappingView",
-        "fa060f2802c8578787994bff33d124c60c11e9309e8ed14ecbc85f724bfbb65d",
-        "_replace_with(mapping) must repoint kopf's Body (and its metadata view) at the thinned "
-        "object, dropping its reference to the whole one",
     ),
     Relied(
         "kopf._core.reactor.processing",
@@ -277,79 +299,147 @@ def test_identity_keeps_what_kopf_and_the_metadata_handlers_read() -> None:
     assert kopf_tuning.identity({"metadata": {"uid": "u"}}) == {"metadata": {"uid": "u"}}
 
 
-IDENTITY = {"apiVersion": "v1", "kind": "X", "metadata": {"name": "o", "labels": {"a": "b"}}}
+DEPLOYMENTS = kopf.Resource("apps", "v1", "deployments")
+NODES = kopf.Resource("", "v1", "nodes")
+OWNED = {"owner": "pair"}
 
 
-def test_indexed_objects_of_identity_only_kinds_are_thinned(monkeypatch: pytest.MonkeyPatch) -> None:
-    """kopf's processing indexes through the module attribute the operator replaces; the index
-    functions see the whole object, the rest of the event's handling its identity only (for the
-    kinds named), and other kinds (nodes, whose handler reads the body) stay whole."""
-    from kopf._core.engines import indexing
-    from kopf._core.reactor import processing
-
-    indexed: list[Any] = []
-
-    async def kopf_index(**kwargs: Any) -> None:
-        indexed.append(dict(kwargs["body"]))
-
-    def arriving() -> dict[str, Any]:
-        return {"type": "ADDED", "object": {**IDENTITY, "spec": {"s": 1}, "status": {"t": 2}}}
-
-    monkeypatch.setattr(kopf_tuning, "_KOPF_INDEX", kopf_index)
-    monkeypatch.setattr(indexing, "index_resource", indexing.index_resource)
-    kopf_tuning.thin_indexed_objects([("apps", "deployments")])
-    assert processing.indexing is indexing
-
-    def handled(resource: kopf.Resource) -> tuple[Any, Any]:
-        event = arriving()
-        body = kopf.Body(event["object"])
-        asyncio.run(indexing.index_resource(resource=resource, raw_event=event, body=body))
-        return event["object"], dict(body)
-
-    thinned, view = handled(kopf.Resource("apps", "v1", "deployments"))
-    assert indexed[-1] == arriving()["object"]
-    assert thinned == view == IDENTITY
-    whole, view = handled(kopf.Resource("", "v1", "nodes"))
-    assert whole == view == arriving()["object"]
+def deployment(
+    name: str, kind: str | None = "MODIFIED", labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A watch event of a Deployment (a None type is an object of a listing)."""
+    meta = {
+        "name": name,
+        "namespace": "ns",
+        "uid": f"uid-{name}",
+        "labels": dict(OWNED if labels is None else labels),
+    }
+    body = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": {"replicas": 1}}
+    return {"type": kind, "object": body}
 
 
-def test_child_events_are_only_indexed_until_every_kind_is(monkeypatch: pytest.MonkeyPatch) -> None:
-    """While the first listings are indexed, an object of a named kind arriving in them is indexed
-    through kopf's real indexing and its pre-population toggle dropped, and kopf's processing
-    (which would hold the worker until every kind is indexed, then call the handlers) is not
-    entered; its later events, every event once indexed, and other kinds go through kopf's
-    processing as before."""
-    from kopf._core.engines import indexing
-    from kopf._core.reactor import inventory, processing
+class Handled(NamedTuple):
+    """What one way of processing left behind: each index's contents, and each call of the event
+    handler (its event type, name, namespace, labels, body)."""
 
-    monkeypatch.setattr(processing, "process_resource_event", processing.process_resource_event)
-    monkeypatch.setattr(indexing, "index_resource", kopf_tuning._KOPF_INDEX)
-    processed: list[str] = []
+    index: dict[Any, Any]
+    calls: list[tuple[Any, ...]]
 
-    async def kopf_process(**kwargs: Any) -> None:
-        processed.append(kwargs["raw_event"]["object"]["metadata"]["name"])
 
-    monkeypatch.setattr(kopf_tuning, "_KOPF_PROCESS", kopf_process)
-    kopf_tuning.index_only_while_listing([("apps", "deployments")])
+def registry_with_handlers(calls: list[tuple[Any, ...]], fail_on: str = "") -> kopf.OperatorRegistry:
+    """An index and an event handler of Deployments labelled ``OWNED``, as the operator registers."""
     registry = kopf.OperatorRegistry()
 
-    @kopf.index("apps", "v1", "deployments", id="names", registry=registry)
-    def names(name: str, **_: Any) -> dict[str, str]:
-        return {name: name}
+    @kopf.index("apps", "v1", "deployments", id="owned", labels=OWNED, registry=registry)
+    async def owned(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+        if name == fail_on:
+            raise ValueError(name)
+        return {(namespace, name): body["spec"]["replicas"]}
 
+    @kopf.on.event("apps", "v1", "deployments", labels=OWNED, registry=registry)
+    async def changed(
+        event: kopf.RawEvent,
+        name: str,
+        namespace: str,
+        labels: kopf.Labels,
+        body: kopf.Body,
+        owned: Any,
+        **_: Any,
+    ) -> None:
+        if name == fail_on:
+            raise ValueError(name)
+        calls.append((event["type"], name, namespace, dict(labels), dict(body), sorted(owned)))
+
+    return registry
+
+
+def processed(events: list[dict[str, Any]], process: Callable[..., Any], fail_on: str = "") -> Handled:
+    """Run ``events`` through one processor, as kopf's worker calls it once every kind is indexed."""
+    from kopf._core.actions import lifecycles
+    from kopf._core.engines import indexing
+    from kopf._core.reactor import inventory
+
+    calls: list[tuple[Any, ...]] = []
+    registry = registry_with_handlers(calls, fail_on)
     indexers = indexing.OperatorIndexers()
     indexers.ensure(registry._indexing.get_all_handlers())
-    deployments, nodes = kopf.Resource("apps", "v1", "deployments"), kopf.Resource("", "v1", "nodes")
 
-    def event(name: str) -> dict[str, Any]:
-        return {
-            "type": None,
-            "object": {
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
-                "metadata": {"name": name, "uid": name},
-            },
-        }
+    async def scenario() -> None:
+        for event in events:
+            await process(
+                lifecycle=lifecycles.all_at_once,
+                registry=registry,
+                indexers=indexers,
+                settings=kopf.OperatorSettings(),
+                memories=inventory.ResourceMemories(),
+                memobase=kopf.Memo(),
+                resource=DEPLOYMENTS,
+                raw_event=event,
+                event_queue=asyncio.Queue(),
+                operator_indexed=aiotoggles.ToggleSet(all),
+                no_throttling=True,
+            )
+
+    asyncio.run(scenario())
+    return Handled({key: list(store) for key, store in indexers.indices["owned"].items()}, calls)
+
+
+def test_direct_dispatch_indexes_and_calls_handlers_as_kopf_does() -> None:
+    """The same events through kopf's processing and the direct one leave the same index and the
+    same handler calls: listed, modified, relabelled out of the filter (unindexed, not handled),
+    back in, deleted (unindexed, handled), and a failing index function and handler (logged;
+    the object unindexed, the next event handled)."""
+    from kopf._core.reactor import processing
+
+    events = [
+        deployment("a", None),
+        deployment("b", "ADDED"),
+        deployment("a"),
+        deployment("b", labels={}),
+        deployment("bad", "ADDED"),
+        deployment("b"),
+        deployment("a", "DELETED"),
+        deployment("c", "ADDED"),
+    ]
+    direct = kopf_tuning._direct(frozenset(), frozenset())
+    by_kopf = processed([deepcopy(e) for e in events], kopf_tuning._KOPF_PROCESS, fail_on="bad")
+    by_direct = processed([deepcopy(e) for e in events], direct, fail_on="bad")
+    assert by_direct == by_kopf
+    assert by_direct.index.keys() == {("ns", "b"), ("ns", "c")}
+    assert [(kind, name) for kind, name, *_ in by_direct.calls] == [
+        (None, "a"),
+        ("ADDED", "b"),
+        ("MODIFIED", "a"),
+        ("MODIFIED", "b"),
+        ("DELETED", "a"),
+        ("ADDED", "c"),
+    ]
+    assert processing.process_resource_event is not direct
+
+
+def test_direct_dispatch_thins_identity_only_kinds_after_indexing() -> None:
+    """The index function sees the whole object; the event handler, and the event the worker
+    keeps, only its identity."""
+    direct = kopf_tuning._direct(frozenset(), frozenset({("apps", "deployments")}))
+    event = deployment("a", "ADDED")
+    handled = processed([event], direct)
+    assert handled.index == {("ns", "a"): [1]}
+    identity = kopf_tuning.identity(deployment("a")["object"])
+    assert event["object"] == handled.calls[0][4] == identity
+
+
+def child_events_while_listing(kinds: frozenset[tuple[str, str]]) -> tuple[list[str], bool, bool]:
+    """Deployments of the first listing, then one after: which reached the event handler, whether
+    each listed object's pre-population toggle was dropped, and whether the listing's event
+    waited for every kind to be indexed before its handler ran."""
+    from kopf._core.engines import indexing
+    from kopf._core.reactor import inventory
+
+    calls: list[tuple[Any, ...]] = []
+    registry = registry_with_handlers(calls)
+    indexers = indexing.OperatorIndexers()
+    indexers.ensure(registry._indexing.get_all_handlers())
+    direct = kopf_tuning._direct(kinds, frozenset())
 
     async def scenario() -> tuple[bool, bool]:
         operator_indexed = aiotoggles.ToggleSet(all)
@@ -361,27 +451,70 @@ def test_child_events_are_only_indexed_until_every_kind_is(monkeypatch: pytest.M
             "settings": kopf.OperatorSettings(),
             "memories": inventory.ResourceMemories(),
             "memobase": kopf.Memo(),
+            "resource": DEPLOYMENTS,
             "operator_indexed": operator_indexed,
         }
-        process = processing.process_resource_event
-        await asyncio.wait_for(
-            process(resource=deployments, raw_event=event("a"), resource_indexed=toggles[0], **common), 5
-        )
-        # The same object again, its toggle gone: kopf's processing (which holds it meanwhile).
-        await asyncio.wait_for(
-            process(resource=deployments, raw_event=event("a2"), resource_indexed=toggles[0], **common), 5
-        )
-        await asyncio.wait_for(
-            process(resource=nodes, raw_event=event("n"), resource_indexed=toggles[1], **common), 5
-        )
-        # Only the deployment's object toggle is gone: the node's is dropped by kopf's processing.
-        left = set(operator_indexed._toggles)
+        first = [
+            asyncio.create_task(direct(raw_event=deployment(n, None), resource_indexed=t, **common))
+            for n, t in zip(("a", "b"), toggles, strict=True)
+        ]
+        await asyncio.sleep(0.05)
+        dropped = set(operator_indexed._toggles) == {listing}
+        held = not all(task.done() for task in first) and not calls
         await operator_indexed.drop_toggle(listing)
-        await operator_indexed.drop_toggle(toggles[1])
-        await process(resource=deployments, raw_event=event("b"), resource_indexed=toggles[0], **common)
-        return left == {listing, toggles[1]}, operator_indexed.is_on()
+        await asyncio.wait_for(asyncio.gather(*first), 5)
+        await direct(raw_event=deployment("c"), resource_indexed=None, **common)
+        return dropped, held
 
-    dropped_own_toggle, indexed = asyncio.run(scenario())
-    assert dropped_own_toggle and indexed
-    assert processed == ["a2", "n", "b"]
-    assert dict(indexers.indices["names"]).keys() == {"a"}
+    dropped, held = asyncio.run(scenario())
+    return [name for _, name, *_ in calls], dropped, held
+
+
+def test_child_events_are_only_indexed_until_every_kind_is() -> None:
+    """A listed object of an index-only kind is indexed, its toggle dropped and its worker let go;
+    other kinds' listed objects wait for every kind to be indexed, then are handled."""
+    names, dropped, held = child_events_while_listing(frozenset({("apps", "deployments")}))
+    assert names == ["c"] and dropped and not held
+    names, dropped, held = child_events_while_listing(frozenset())
+    assert names == ["a", "b", "c"] and dropped and held
+
+
+def test_the_operators_watched_kinds_are_dispatched_directly() -> None:
+    """Every kind the operator watches with index and event handlers is routed past kopf's
+    handler machinery; its LeaderWorkerSet CRD watch (a field filter) and a kind with a
+    change-detecting handler are not."""
+    from specdeploy import api, children
+    from specdeploy.controller import handlers
+
+    registry = kopf.get_default_registry()
+    watched = [
+        kopf.Resource(api.GROUP, api.VERSION, api.PLURAL),
+        *(kopf.Resource(kind.group, kind.version, kind.plural) for kind in children.CHILD_KINDS),
+        NODES,
+        kopf.Resource("", "v1", "pods"),
+    ]
+    for resource in watched:
+        found = kopf_tuning.route(registry, resource, handlers.CHILD_WATCHES, handlers.IDENTITY_ONLY_KINDS)
+        assert found is not None and found.indexers and found.watchers, resource
+    crd = kopf.Resource(handlers.CRD_GROUP, "v1", "customresourcedefinitions")
+    assert kopf_tuning.route(registry, crd, (), ()) is None
+    changing = kopf.OperatorRegistry()
+    kopf.on.update("apps", "v1", "deployments", registry=changing)(lambda **_: None)
+    assert kopf_tuning.route(changing, DEPLOYMENTS, (), ()) is None
+
+
+def test_a_kind_with_an_admission_webhook_is_still_dispatched_directly() -> None:
+    registry = registry_with_handlers([])
+    kopf.on.validate("apps", "v1", "deployments", registry=registry)(lambda **_: None)
+    found = kopf_tuning.route(registry, DEPLOYMENTS, (), ())
+    assert found is not None and len(found.indexers) == len(found.watchers) == 1
+
+
+def test_a_handler_asking_for_more_than_is_given_directly_goes_through_kopf() -> None:
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.event("apps", "v1", "deployments", registry=registry)
+    async def wants_logger(logger: Any, **_: Any) -> None:
+        return None
+
+    assert kopf_tuning.route(registry, DEPLOYMENTS, (), ()) is None

@@ -27,7 +27,7 @@ from fake_timers import FakeTimers
 from specdeploy import api, pipeline
 from specdeploy.controller import admission, diffing, status
 from specdeploy.controller.kube import Refused
-from specdeploy.controller.pods import LogRead, PodView
+from specdeploy.controller.pods import ContainerView, LogRead, PodView, command_digest
 from specdeploy.controller.reconcile import GpuInventory, Reconciler
 from specdeploy.controller.workqueue import RETRY_MIN_SECONDS, Key
 from specdeploy.modelinfo import ModelResolver
@@ -495,8 +495,10 @@ def test_the_watch_showing_back_our_status_write_runs_no_pass(harness: Harness) 
 
 def test_a_normal_start_writes_status_twice_and_posts_one_event(harness: Harness) -> None:
     """Taking the resource up and Ready are the only status writes of a healthy start, and Ready
-    its only Event: the Deployment's intermediate counts ride along with the Ready write."""
-    converge_seed(harness)
+    its only Event: the Deployment's intermediate counts ride along with the Ready write, and an
+    engine pod seen ready before its Deployment counts it moves nothing (SpeculationEffective
+    leaves NotServing with Ready, in one write)."""
+    first = converge_seed(harness)
     deployment = harness.view.deployments[KEY]
     for version, counts in (("21", {"replicas": 1}), ("22", {"replicas": 1, "updatedReplicas": 1})):
         harness.view.deployments[KEY] = {
@@ -506,11 +508,30 @@ def test_a_normal_start_writes_status_twice_and_posts_one_event(harness: Harness
         }
         assert harness.run() == "converged"
         assert harness.kube.writes() == 0 and harness.events.posted == []
+    container = ContainerView("engine", "img", 0, None, "", None, None)
+    harness.view.pod_views[KEY] = [
+        PodView(
+            "pair-a",
+            "Running",
+            False,
+            True,
+            (container,),
+            "vllm",
+            "10.0.0.1",
+            8000,
+            command_digest(first["command"]),
+        )
+    ]
+    assert harness.run() == "converged"
+    assert harness.kube.writes() == 0 and harness.events.posted == []
 
     harness.view.deployments[KEY] = {**harness.view.deployments[KEY], "status": rolled_out()}
     assert harness.run() == "converged"
     ((_, patch),) = harness.kube.status_patches
     assert (patch["replicas"], patch["readyReplicas"], patch["updatedReplicas"]) == (1, 1, 1)
+    conds = {c["type"]: (c["status"], c["reason"]) for c in patch["conditions"]}
+    assert conds[api.READY] == ("True", "Ready")
+    assert conds[api.SPECULATION_EFFECTIVE] == ("Unknown", "InsufficientSamples")
     assert harness.events.reasons() == [("Normal", "Ready")]
 
 

@@ -233,7 +233,7 @@ class EngineMetricsReader:
             reading = self._update(key, body, [next(reads) for _ in targets], present)
             if not targets and not self._held[key].window:
                 self.forget(key)
-            elif status.acceptance_outdated(body, reading, len(targets)):
+            elif status.acceptance_outdated(body, reading, targets):
                 changed.append(key)
         self._previous_round = started
         return changed

@@ -307,10 +307,12 @@ def register_children(registry: kopf.OperatorRegistry | None = None) -> None:
 register_children()
 
 # The children's watches. on_child only reconciles the owner, which the owner's own event does
-# once every kind is indexed: kopf_tuning lets the children's events go, indexed, until then.
+# once every kind is indexed: kopf_tuning's direct dispatch lets the children's events of the
+# first listings go, indexed.
 CHILD_WATCHES = tuple((kind.group, kind.plural) for kind in children.CHILD_KINDS)
 # The kinds whose event handlers (on_resource, on_child) read an object's identity alone, its
-# index function having packed the whole: kopf_tuning thins their events once indexed.
+# index function having packed the whole: kopf_tuning's direct dispatch thins their events once
+# indexed.
 IDENTITY_ONLY_KINDS = ((api.GROUP, api.PLURAL), *CHILD_WATCHES)
 
 

@@ -28,25 +28,36 @@ until every resource was reconciled, at 330 MiB, nearly all of it in kopf itself
   reconciles its owner, which the restart reconciles anyway once indexed (from the owner's own
   event), so a child's event is indexed and let go: 2000 fewer held workers at 1000 resources,
   and a restart's peak about 25 MiB lower (docs/scale.md).
+- Handler machinery: for each event kopf builds causes, loggers, a per-object memory (with a
+  copy of the memo), handler state and outcomes, and invokes every index and event handler
+  through its retry and timeout wrapper: about 0.5 ms of CPU an event, about 14 events per
+  resource in a rollout. The operator's kinds have index and event handlers only, filtered by
+  labels, that never fail for retrying's sake, so their events are dispatched directly: the
+  index functions, then (once every kind is indexed) the event handlers, with the same
+  arguments kopf gives them. Kinds with any other handler, filter or argument stay with kopf.
 
 The diff base and the chunked listing go through ``kopf.OperatorSettings``; the wake-up fix,
-the stripping, the thinning after indexing and the index-only children replace functions in
-kopf's private modules,
-which no setting reaches. Hence the pin of kopf to one minor release in pyproject.toml, and
-tests/unit/test_kopf_tuning.py, which fails when any kopf code these rely on changes.
+the stripping and the direct dispatch (with the thinning after indexing and the index-only
+children) replace functions in kopf's private modules, which no setting reaches. Hence the pin
+of kopf to one minor release in pyproject.toml, and tests/unit/test_kopf_tuning.py, which fails
+when any kopf code these rely on changes.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Collection
-from typing import Any
+import inspect
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
+from dataclasses import dataclass
+from typing import Any, cast
 
 import kopf
 from kopf._cogs.aiokits import aiotoggles
 from kopf._cogs.clients import watching
 from kopf._cogs.structs import bodies
-from kopf._core.actions import loggers
 from kopf._core.engines import indexing
+from kopf._core.intents import handlers as kopf_handlers
+from kopf._core.intents import registries
 from kopf._core.reactor import processing
 
 from specdeploy.controller import pods
@@ -56,6 +67,8 @@ from specdeploy.controller.cached import strip_unread
 # Each page's objects wait, whole, for their workers to index (and thin) them: pages of 50
 # instead of 250 lowered a restart's peak at 1000 resources by 9 MiB (docs/scale.md).
 LIST_CHUNK = 50
+
+_log = logging.getLogger(__name__)
 
 
 class NoDiffBase(kopf.AnnotationsDiffBaseStorage):
@@ -90,6 +103,12 @@ async def _drop_toggle(self: aiotoggles.ToggleSet, toggle: aiotoggles.Toggle) ->
     await _change(self, lambda members: members.discard(toggle))
 
 
+def quiet_toggle_sets() -> None:
+    """Install the wake-up fix (idempotent; before kopf starts)."""
+    aiotoggles.ToggleSet.make_toggle = _make_toggle  # type: ignore[method-assign]
+    aiotoggles.ToggleSet.drop_toggle = _drop_toggle  # type: ignore[method-assign]
+
+
 _KOPF_WATCH = watching.infinite_watch
 
 
@@ -116,86 +135,167 @@ def strip_watched_objects() -> None:
 # What an event keeps of an object once indexed: what kopf and a metadata-only handler read.
 IDENTITY = ("apiVersion", "kind", "metadata")
 
-_KOPF_INDEX = indexing.index_resource
-
 
 def identity(body: dict[str, Any]) -> dict[str, Any]:
     """The object without its spec, status or any other top-level field but its identity."""
     return {key: body[key] for key in IDENTITY if key in body}
 
 
-def _index_then_thin(kinds: frozenset[tuple[str, str]]) -> Callable[..., Any]:
-    async def index_resource(**kwargs: Any) -> None:
-        await _KOPF_INDEX(**kwargs)
-        resource, event = kwargs["resource"], kwargs["raw_event"]
-        if (resource.group, resource.plural) in kinds and isinstance(event.get("object"), dict):
-            # Both the event and kopf's view of its body must let go of the whole object.
-            event["object"] = identity(event["object"])
-            kwargs["body"]._replace_with(event["object"])
-
-    return index_resource
+# What a directly called index or event handler may ask for by name, besides the indices.
+DIRECT_KWARGS = frozenset({"event", "type", "body", "name", "namespace", "labels", "memo"})
 
 
-def thin_indexed_objects(kinds: Collection[tuple[str, str]]) -> None:
-    """After kopf has indexed an event of one of ``kinds`` (group, plural), keep only the object's
-    identity in the event: those kinds' event handlers must read no spec or status (idempotent;
-    before kopf starts)."""
-    indexing.index_resource = _index_then_thin(frozenset(kinds))
+@dataclass(frozen=True)
+class Route:
+    """The index and event handlers registered for one watched kind, called directly."""
+
+    indexers: tuple[kopf_handlers.IndexingHandler, ...]
+    watchers: tuple[kopf_handlers.WatchingHandler, ...]
+    index_only_while_listing: bool
+    identity_only: bool
 
 
-def quiet_toggle_sets() -> None:
-    """Install the wake-up fix (idempotent; before kopf starts)."""
-    aiotoggles.ToggleSet.make_toggle = _make_toggle  # type: ignore[method-assign]
-    aiotoggles.ToggleSet.drop_toggle = _drop_toggle  # type: ignore[method-assign]
+def _callable_directly(handler: kopf_handlers.ResourceHandler, index_names: Collection[str]) -> bool:
+    """Whether calling the handler with DIRECT_KWARGS and the indices is what kopf would do: a
+    coroutine, filtered by labels alone (no callables), asking for nothing else by name."""
+    labels = handler.labels or {}
+    if (
+        handler.annotations
+        or handler.when is not None
+        or handler.field is not None
+        or handler.value is not None
+        or any(callable(value) for value in labels.values())
+        or not inspect.iscoroutinefunction(handler.fn)
+    ):
+        return False
+    offered = DIRECT_KWARGS | set(index_names)
+    return all(
+        p.kind is p.VAR_KEYWORD or p.default is not p.empty or p.name in offered
+        for p in inspect.signature(handler.fn).parameters.values()
+    )
+
+
+def route(
+    registry: kopf.OperatorRegistry,
+    resource: kopf.Resource,
+    index_only_while_listing: Collection[tuple[str, str]],
+    identity_only: Collection[tuple[str, str]],
+) -> Route | None:
+    """The direct route of ``resource``'s events, or None where kopf's own processing must run
+    them: a kind with handlers of another sort (change-detecting, daemons, timers), or one of its
+    index or event handlers not callable directly."""
+    # Admission handlers are not called from the watch (kopf's webhook server calls them).
+    if registry._changing.has_handlers(resource) or registry._spawning.has_handlers(resource):
+        return None
+    index_names = [handler.id for handler in registry._indexing.get_all_handlers()]
+    found = (
+        tuple(h for h in registry._indexing.get_all_handlers() if registries._matches_resource(h, resource)),
+        tuple(h for h in registry._watching.get_all_handlers() if registries._matches_resource(h, resource)),
+    )
+    if not all(_callable_directly(h, index_names) for h in (*found[0], *found[1])):
+        return None
+    kind = (resource.group, resource.plural)
+    return Route(*found, kind in index_only_while_listing, kind in identity_only)
+
+
+def _matches(handler: kopf_handlers.ResourceHandler, labels: dict[str, str]) -> bool:
+    # No callable filter reaches here (_callable_directly), so kopf's matcher needs no cause.
+    return not handler.labels or registries._matches_metadata(
+        pattern=handler.labels,
+        content=labels,
+        kwargs={},
+        cause=None,  # type: ignore[arg-type]
+    )
+
+
+def _coroutine(handler: kopf_handlers.ResourceHandler) -> Callable[..., Awaitable[Any]]:
+    return cast(Callable[..., Awaitable[Any]], handler.fn)
 
 
 _KOPF_PROCESS = processing.process_resource_event
 
 
-def _index_only_while_listing(kinds: frozenset[tuple[str, str]]) -> Callable[..., Any]:
+def _direct(
+    index_only_while_listing: frozenset[tuple[str, str]], identity_only: frozenset[tuple[str, str]]
+) -> Callable[..., Any]:
+    routes: dict[kopf.Resource, Route | None] = {}
+
     async def process_resource_event(**kwargs: Any) -> str | None:
-        resource, raw_event = kwargs["resource"], kwargs["raw_event"]
+        resource, raw_event, registry = kwargs["resource"], kwargs["raw_event"], kwargs["registry"]
+        if resource not in routes:
+            routes[resource] = route(registry, resource, index_only_while_listing, identity_only)
+        found = routes[resource]
+        if found is None:
+            return await _KOPF_PROCESS(**kwargs)
+        indexers: indexing.OperatorIndexers = kwargs["indexers"]
+        indices = dict(indexers.indices)
+        deleted = raw_event["type"] == "DELETED"
+
+        def call(raw_body: dict[str, Any]) -> dict[str, Any]:
+            meta = raw_body.get("metadata") or {}
+            return {
+                "event": raw_event,
+                "type": raw_event["type"],
+                "body": bodies.Body(cast(bodies.RawBody, raw_body)),
+                "name": meta.get("name"),
+                "namespace": meta.get("namespace"),
+                "labels": meta.get("labels") or {},
+                "memo": kwargs["memobase"],
+                **indices,
+            }
+
+        raw_body = raw_event["object"]
+        given = call(raw_body)
+        key = indexers.make_key(given["body"])
+        for index in found.indexers:
+            indexer = indexers[index.id]
+            if deleted or not _matches(index, given["labels"]):
+                indexer.discard(key)
+                continue
+            try:
+                value = await _coroutine(index)(**given)
+            except Exception:
+                # As kopf does with a failing index function: no value until it succeeds.
+                _log.exception("Index function %r failed on %s; not indexed", index.id, key)
+                indexer.discard(key)
+                continue
+            if value is not None:
+                indexer.replace(key, value)
+        if found.identity_only:
+            # Both the held event and the handlers' view let go of the whole object.
+            raw_event["object"] = raw_body = identity(raw_body)
+            given = call(raw_body)
         operator_indexed: aiotoggles.ToggleSet | None = kwargs.get("operator_indexed")
         resource_indexed: aiotoggles.Toggle | None = kwargs.get("resource_indexed")
-        if (
-            (resource.group, resource.plural) not in kinds
-            or operator_indexed is None
-            or resource_indexed is None
-            # Indexed already: a later event, or the set blocked again by a watcher started
-            # later (a CRD installed); kopf holds it and calls its handlers.
-            or resource_indexed not in operator_indexed
-        ):
-            return await _KOPF_PROCESS(**kwargs)
-        # The object's first event of the first listing: kopf's own steps up to the wait for
-        # every index (the kinds have no daemons, whose fresh-body view this skips), then no
-        # handler, so the worker is free to exit.
-        memories, raw_body = kwargs["memories"], raw_event["object"]
-        memory = await memories.recall(
-            raw_body, noticed_by_listing=raw_event["type"] is None, memobase=kwargs["memobase"]
-        )
-        if raw_event["type"] == "DELETED":
-            await memories.forget(raw_body)
-        body = bodies.Body(raw_body)
-        await indexing.index_resource(
-            registry=kwargs["registry"],
-            indexers=kwargs["indexers"],
-            settings=kwargs["settings"],
-            resource=resource,
-            raw_event=raw_event,
-            body=body,
-            memo=memory.memo,
-            memory=memory.indexing_memory,
-            logger=loggers.TerseObjectLogger(body=body, settings=kwargs["settings"]),
-        )
-        await operator_indexed.drop_toggle(resource_indexed)
+        if operator_indexed is not None and resource_indexed is not None:
+            listing = resource_indexed in operator_indexed
+            await operator_indexed.drop_toggle(resource_indexed)
+            if listing and found.index_only_while_listing:
+                return None
+        if operator_indexed is not None:
+            await operator_indexed.wait_for(True)
+        for watcher in found.watchers:
+            if not _matches(watcher, given["labels"]):
+                continue
+            try:
+                await _coroutine(watcher)(**given)
+            except Exception:
+                # As kopf does with a failing event handler: logged, and the next event comes.
+                _log.exception("Event handler %r failed on %s", watcher.id, key)
         return None
 
     return process_resource_event
 
 
-def index_only_while_listing(kinds: Collection[tuple[str, str]]) -> None:
-    """While the operator's first listings are indexed, an object of one of ``kinds`` (group,
-    plural) arriving in them is indexed and let go, its handlers not called: those kinds'
-    handlers must do nothing that the passes after indexing do not (idempotent; before kopf
-    starts)."""
-    processing.process_resource_event = _index_only_while_listing(frozenset(kinds))
+def dispatch_directly(
+    index_only_while_listing: Collection[tuple[str, str]], identity_only: Collection[tuple[str, str]]
+) -> None:
+    """Process the events of every kind that has only index and event handlers by calling those
+    directly, as kopf would (idempotent; before kopf starts).
+
+    ``index_only_while_listing`` (group, plural): an object of these kinds arriving in the first
+    listings is indexed and let go, its event handlers not called; those handlers must do nothing
+    that the owner's reconcile after indexing does not. ``identity_only``: once indexed, an event
+    of these kinds keeps only the object's identity; their event handlers must read no spec or
+    status."""
+    processing.process_resource_event = _direct(frozenset(index_only_while_listing), frozenset(identity_only))

@@ -104,8 +104,7 @@ def main(options: OperatorOptions) -> int:
         handlers.register_webhook()
     kopf_tuning.quiet_toggle_sets()
     kopf_tuning.strip_watched_objects()
-    kopf_tuning.thin_indexed_objects(handlers.IDENTITY_ONLY_KINDS)
-    kopf_tuning.index_only_while_listing(handlers.CHILD_WATCHES)
+    kopf_tuning.dispatch_directly(handlers.CHILD_WATCHES, handlers.IDENTITY_ONLY_KINDS)
     asyncio.run(
         kopf.operator(
             standalone=True,

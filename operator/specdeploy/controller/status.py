@@ -160,10 +160,22 @@ def _stored_condition(current: dict[str, Any]) -> Condition | None:
     return None
 
 
-def acceptance_outdated(body: dict[str, Any], reading: acceptance.Reading, serving_pods: int) -> bool:
-    """True when a reconcile would now write other acceptance figures or another condition."""
+def counted(serving_pods: Sequence[PodView], ready_replicas: int) -> int:
+    """The serving pods SpeculationEffective counts: none until the engine child (Deployment or
+    LeaderWorkerSet) counts a ready replica. A pod's own watch event runs ahead of its
+    Deployment's status, and SpeculationEffective leaving NotServing before Ready turns True
+    would be a status write of its own in a rollout."""
+    return len(serving_pods) if ready_replicas > 0 else 0
+
+
+def acceptance_outdated(
+    body: dict[str, Any], reading: acceptance.Reading, serving_pods: Sequence[PodView]
+) -> bool:
+    """True when a reconcile would now write other acceptance figures or another condition (the
+    engine child's ready count as status last recorded it)."""
     current = body.get("status") or {}
-    figures, condition = speculation(body, current.get("command") or [], reading, serving_pods)
+    counted_pods = counted(serving_pods, int(current.get("readyReplicas") or 0))
+    figures, condition = speculation(body, current.get("command") or [], reading, counted_pods)
     stored = _stored_condition(current)
     dumped = None if figures is None else figures.model_dump(by_alias=True, exclude_none=True)
     return (
@@ -207,7 +219,7 @@ def status_for(
             if kept in current and kept not in desired:
                 desired[kept] = current[kept]
     command = desired.get("command") or []
-    figures, effective = speculation(body, command, reading, len(serving(pods, command)))
+    figures, effective = speculation(body, command, reading, counted(serving(pods, command), ready))
     if figures is not None:
         desired["acceptance"] = figures.model_dump(by_alias=True, exclude_none=True)
     conds = [
