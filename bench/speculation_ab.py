@@ -16,54 +16,23 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
+from engine_sandbox import EXAMPLE, engine_sandbox, kubectl
 
 from specdeploy_sandbox import tiny_models
-from specdeploy_sandbox.binaries import ensure_kubectl
-from specdeploy_sandbox.cluster import Sandbox
-from specdeploy_sandbox.operator_process import start_operator
 
-REPO = Path(__file__).resolve().parents[1]
-CRD = REPO / "crds" / "specdeploy.io_speculativedeployments.yaml"
-EXAMPLE = REPO / "manifests" / "examples" / "sandbox-tiny-eagle3.yaml"
 NAMESPACE = "bench"
-NODES = """
-nodeGroups:
-  - name: engine
-    count: 1
-    engine: true
-    # Declared for the scheduler: the engine pods' derived requests (4 CPUs, 8Gi each) and the
-    # load Job's (1 CPU, 2Gi).
-    cpu: "16"
-    memory: 64Gi
-    gpu: {product: SANDBOX-CPU, count: 3, memoryMiB: 4096}
-"""
 PAIRS = {"tiny-accept-all": tiny_models.ACCEPT_ALL, "tiny-accept-none": tiny_models.ACCEPT_NONE}
 READY_TIMEOUT_S = 900.0
-
-
-def kubectl(binary: Path, kubeconfig: Path, *argv: str, stdin: str | None = None) -> str:
-    done = subprocess.run(
-        [str(binary), f"--kubeconfig={kubeconfig}", *argv],
-        input=stdin, capture_output=True, text=True, timeout=120, check=True,
-    )  # fmt: skip
-    return done.stdout
 
 
 def ready(binary: Path, kubeconfig: Path, name: str) -> bool:
     jsonpath = "jsonpath={.status.conditions[?(@.type=='Ready')].status}"
     return kubectl(binary, kubeconfig, "get", "-n", NAMESPACE, "sdep", name, "-o", jsonpath).strip() == "True"
-
-
-def install_crd(binary: Path, kubeconfig: Path) -> None:
-    """Before the operator starts: it watches the resource's API from the first moment."""
-    kubectl(binary, kubeconfig, "apply", "--server-side", "-f", str(CRD))
-    kubectl(binary, kubeconfig, "wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRD))
 
 
 def deploy(binary: Path, kubeconfig: Path) -> None:
@@ -107,36 +76,22 @@ def main() -> int:
     load = ["--concurrency", args.concurrency, "--prompts", args.prompts]
     load += ["--input-len", args.input_len, "--output-len", args.output_len]
     args.out.mkdir(parents=True, exist_ok=True)
-    binary = ensure_kubectl()
-    with tempfile.TemporaryDirectory(prefix="specdeploy-ab-") as tmp:
-        workdir = Path(tmp)
-        nodes_file = workdir / "nodes.yaml"
-        nodes_file.write_text(NODES)
-        sandbox = Sandbox(f"bench-ab-{os.getpid()}", workdir / "sandboxes")
-        sandbox.up(nodes_file=nodes_file, owner_pid=os.getpid(), timeout=300)
-        operator = None
-        try:
-            install_crd(binary, sandbox.kubeconfig)
-            hub = sandbox.hub_endpoint()
-            operator = start_operator(sandbox.kubeconfig, workdir / "operator.log", None, hub_endpoint=hub)
-            deploy(binary, sandbox.kubeconfig)
-            for name in PAIRS:
-                body = bench(sandbox.kubeconfig, name, args.out, load)
-                print(f"\n{name} ({body['speculator']}), {body['seconds']} s:")
-                for level in body["results"]:
-                    spec, base = level["speculative"], level["baseline"]
-                    acceptance = level["acceptance"] or {}
-                    print(
-                        f"  concurrency {level['concurrency']:>3}: {spec['outputTokensPerSecond']:8.1f} vs "
-                        f"{base['outputTokensPerSecond']:8.1f} tok/s, speed-up {level['speedup']:.2f}x, "
-                        f"TPOT p50 {spec['tpotMs']['p50']:.2f} vs {base['tpotMs']['p50']:.2f} ms, "
-                        f"acceptance {acceptance.get('rate')} ({acceptance.get('meanLength')} tokens/step)"
-                    )
-                print(f"  stops paying above: {body['stopsPayingAbove']}")
-        finally:
-            if operator is not None:
-                operator.stop()
-            sandbox.down()
+    # Three engine slots: both pairs and one baseline.
+    with engine_sandbox("bench-ab", 3) as (binary, kubeconfig):
+        deploy(binary, kubeconfig)
+        for name in PAIRS:
+            body = bench(kubeconfig, name, args.out, load)
+            print(f"\n{name} ({body['speculator']}), {body['seconds']} s:")
+            for level in body["results"]:
+                spec, base = level["speculative"], level["baseline"]
+                acceptance = level["acceptance"] or {}
+                print(
+                    f"  concurrency {level['concurrency']:>3}: {spec['outputTokensPerSecond']:8.1f} vs "
+                    f"{base['outputTokensPerSecond']:8.1f} tok/s, speed-up {level['speedup']:.2f}x, "
+                    f"TPOT p50 {spec['tpotMs']['p50']:.2f} vs {base['tpotMs']['p50']:.2f} ms, "
+                    f"acceptance {acceptance.get('rate')} ({acceptance.get('meanLength')} tokens/step)"
+                )
+            print(f"  stops paying above: {body['stopsPayingAbove']}")
     return 0
 
 

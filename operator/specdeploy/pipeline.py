@@ -1,6 +1,7 @@
 """The reconcile pipeline as one pure function: a resource in, its desired children and status out.
 
-spec -> model info + pairing check -> GPU plan -> engine launch -> child manifests. Any stage can
+spec -> model info + pairing check (+ the draft-length schedule adaptive speculation applied) ->
+GPU plan -> engine launch -> child manifests. Any stage can
 block: then no child is created or changed (a running Deployment keeps serving) and the reason
 lands in status. The operator and ``specdeploy render`` both call :func:`compute`.
 """
@@ -15,7 +16,7 @@ from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
-from specdeploy import api, children, engines, pairing, planning
+from specdeploy import adaptive, api, children, engines, pairing, planning
 from specdeploy.api import Condition
 from specdeploy.modelinfo import ModelResolver, ModelUnavailable, config_problem
 from specdeploy.modelinfo.hub import HubEndpointError, check_endpoint
@@ -61,6 +62,8 @@ class Desired:
     reason: str = ""
     message: str = ""
     retry: bool = False
+    # The effective spec the children were built from (None when blocked).
+    spec: api.SpeculativeDeploymentSpec | None = None
 
     def child(self, kind: str) -> dict[str, Any] | None:
         """The wanted child of ``kind`` (None: the resource wants none, or the pass is blocked)."""
@@ -138,7 +141,7 @@ def compute(
             progress,
             tokenizers,
         )
-        effective = pairing.effective_spec(spec, resolved)
+        effective = adaptive.running_schedule(pairing.effective_spec(spec, resolved), body)
         _check_engine_rules(effective, progress)
         plan = _planned(effective, resolved, inventory, progress, leader_worker_sets)
         effective = _with_plan(effective, plan)
@@ -290,6 +293,7 @@ def _with_children(
         children={kind: manifest for kind, manifest in built if manifest is not None},
         status=api.SpeculativeDeploymentStatus(**progress.fields),
         conditions=progress.conditions,
+        spec=spec,
     )
 
 

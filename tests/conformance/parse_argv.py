@@ -71,7 +71,30 @@ def _vllm(top: argparse.ArgumentParser, argv: list[str]) -> dict[str, Any]:
             "headless": values.get("headless"),
             "api_key": values.get("api_key"),
         }
+        schedule = (values.get("speculative_config") or {}).get("num_speculative_tokens_per_batch_size")
+        if schedule is not None:
+            result["draft_lengths"] = _vllm_draft_lengths(values["speculative_config"])
     return result
+
+
+# The batch sizes a schedule is expanded over, as vLLM's scheduler does up to its max_num_seqs.
+SCHEDULE_MAX_BATCH = 256
+
+
+def _vllm_draft_lengths(config: dict[str, Any]) -> list[int] | str:
+    """The draft length vLLM's scheduler runs at batch sizes 1 to SCHEDULE_MAX_BATCH, from its
+    own expansion of ``num_speculative_tokens_per_batch_size``; its error when it refuses it."""
+    from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup  # type: ignore[import-not-found]
+
+    try:
+        lookup = build_dynamic_sd_schedule_lookup(
+            config["num_speculative_tokens_per_batch_size"],
+            SCHEDULE_MAX_BATCH,
+            config["num_speculative_tokens"],
+        )
+    except ValueError as exc:
+        return f"rejected: {exc}"
+    return list(lookup[1:])
 
 
 def _vllm_bench_parser() -> argparse.ArgumentParser:

@@ -71,6 +71,17 @@ VALID: dict[str, dict[str, dict[str, Any]]] = {
     "vllm": {
         "seed-000": PAIR_000,
         "multi-node": {**PAIR_000, "parallelism": {"tensor": 8, "pipeline": 2, "nodes": 2}},
+        "schedule": {
+            **PAIR_000,
+            "speculator": {
+                **PAIR_000["speculator"],
+                "schedule": [
+                    {"fromBatch": 1, "toBatch": 2, "tokens": 3},
+                    {"fromBatch": 3, "toBatch": 8, "tokens": 1},
+                    {"fromBatch": 9, "tokens": 0},
+                ],
+            },
+        },
         "every-option": {
             **EVERY_OPTION,
             "engine": {
@@ -253,6 +264,20 @@ def test_vllm_speculative_config_is_the_json_meant(parse_all: ParseAll) -> None:
     }  # fmt: skip
     assert set(full) <= set(schema["fields"])
     assert full["method"] in schema["methods"]
+    scheduled = by_case["schedule"][1]["values"]["speculative_config"]
+    assert set(scheduled) - set(seed) == {"num_speculative_tokens_per_batch_size"}
+    assert set(scheduled) <= set(schema["fields"])
+
+
+def test_vllm_runs_the_schedule_meant_at_every_batch_size(parse_all: ParseAll) -> None:
+    """vLLM's own expansion of the rendered schedule (what its scheduler looks up per step) gives
+    each batch size its range's draft length, the open last range included."""
+    result = parse_cases(parse_all, "vllm")["by_case"]["schedule"][1]
+    lengths = result["draft_lengths"]
+    assert isinstance(lengths, list), lengths
+    assert lengths[:2] == [3, 3]
+    assert set(lengths[2:8]) == {1}
+    assert set(lengths[8:]) == {0} and len(lengths) > 8
 
 
 def test_sglang_reads_what_was_meant(parse_all: ParseAll) -> None:

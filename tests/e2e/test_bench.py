@@ -149,9 +149,12 @@ def test_the_accept_all_pair_pays(
 ) -> None:
     plot = tmp_path / "accept-all.png"
     done = _bench(
-        engine_sandbox, ALL, *MEASURED_LOAD, "--output", "json", "--plot", str(plot), "--keep-baseline"
-    )
+        engine_sandbox, ALL, *MEASURED_LOAD, "--output", "json", "--plot", str(plot), "--keep-baseline",
+        "--tokens", "0,3",
+    )  # fmt: skip
     assert f"reusing the kept baseline {NS}/{kept_baseline}" in done.stderr
+    # Both lengths asked for are measured already: the baseline and the pair's own 3 everywhere.
+    assert "the engine drafting" not in done.stderr
     body = _measured(done)
     MEASURED[ALL] = body
     levels = {level["concurrency"]: level for level in body["results"]}
@@ -181,9 +184,30 @@ def test_the_accept_all_pair_pays(
     assert (body["engine"], body["tensorParallelSize"], body["gpuProduct"]) == ("vllm", 1, "SANDBOX-CPU")
     assert plot.read_bytes()[:4] == b"\x89PNG"
 
+    lengths = {length["tokens"]: length["results"] for length in body["draftLengths"]}
+    assert sorted(lengths) == [0, 3]
+    assert [r["outputTokensPerSecond"] for r in lengths[3]] == [
+        levels[c]["speculative"]["outputTokensPerSecond"] for c in (1, 4)
+    ]
     summary = json.loads(get(k, NS, "sdep", ALL)["metadata"]["annotations"][manifests.SUMMARY_ANNOTATION])
     assert summary["speedup"] == {str(c): levels[c]["speedup"] for c in levels}
     assert summary["stopsPayingAbove"] == body["stopsPayingAbove"]
+    assert summary["draftLengths"]["3"]["meanLength"] == {"1": 4.0, "4": 4.0}
+    # The operator reads the cost curve: a draft that is always right drafts 3 wherever it pays.
+    paying = [c for c in (1, 4) if levels[c]["speedup"] > 1]
+    expected = [{"fromBatch": 1, "tokens": 3}] if paying == [1, 4] else [
+        {"fromBatch": 1, "toBatch": 3, "tokens": 3}, {"fromBatch": 4, "tokens": 0}
+    ]  # fmt: skip
+
+    def recommended() -> list[dict[str, Any]] | None:
+        found = get(k, NS, "sdep", ALL)["status"].get("speculation") or {}
+        if found.get("reason") != "Recommended":
+            return None
+        return [
+            {k_: v for k_, v in r.items() if k_ != "expectedSpeedup"} for r in found["recommendedSchedule"]
+        ]
+
+    assert wait(recommended, 30, "the recommendation from the benchmark") == expected
     # This run's Event (the short run before it measured concurrency 1 only).
     figure = f"{levels[4]['speedup']:.2f}x at concurrency 4"
     posted = wait(
@@ -273,6 +297,47 @@ def test_the_accept_none_pair_does_not_pay(
         )
         assert posted[0]["type"] == "Warning"
     _nothing_left(k, wait, NONE, kept=(own,))
+
+
+@pytest.mark.quiet_machine
+def test_apply_turns_the_accept_none_pair_off_and_it_serves_as_fast_as_the_baseline(
+    pairs: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor
+) -> None:
+    """policy Apply on the pair judged LowAcceptance: the operator turns speculation off at every
+    batch size without a benchmark, the engine rolls to that command, and the same benchmark
+    (against the same kept baseline) measures it at the baseline's speed, with no draft made."""
+    patch = {"spec": {"speculator": {"adaptive": {"policy": "Apply"}}}}
+    k("patch", "-n", NS, "sdep", NONE, "--type=merge", "-p", json.dumps(patch))
+
+    def rolled_out() -> dict[str, Any] | None:
+        body = get(k, NS, "sdep", NONE)
+        config = json.loads(
+            body["status"]["command"][body["status"]["command"].index("--speculative-config") + 1]
+        )
+        ready = condition(body, "Ready")
+        off = config.get("num_speculative_tokens_per_batch_size") == [[1, 65536, 0]]
+        current = body["status"].get("observedGeneration") == body["metadata"]["generation"]
+        return (
+            body if off and current and ready.get("reason") == "Ready" and ready["status"] == "True" else None
+        )
+
+    body = wait(rolled_out, 600, "the accept-none pair to roll out with speculation off")
+    speculation = body["status"]["speculation"]
+    assert speculation["reason"] == "SpeculationIneffective"
+    assert speculation["appliedSchedule"] == [{"fromBatch": 1, "tokens": 0}]
+    assert speculation["previousSchedule"] == [{"fromBatch": 1, "tokens": 3}]
+    assert speculation["turnedOff"] == 1
+    applied = wait(lambda: events(k, NS, NONE, "SpeculationScheduleApplied"), 30, "the Applied Event")
+    assert applied[0]["type"] == "Normal"
+
+    done = _bench(engine_sandbox, NONE, *MEASURED_LOAD, "--output", "json", "--keep-baseline")
+    measured = _measured(done)
+    assert f"reusing the kept baseline {NS}/{manifests.baseline_name(NONE)}" in done.stderr
+    for level in measured["results"]:
+        # 0.42x-0.73x with three draft tokens; the same engine without drafting is the baseline.
+        assert level["speedup"] >= 0.85, _figures(level)
+        assert level["acceptance"] is None  # no draft made in the run
+    MEASURED["off"] = measured
 
 
 def test_a_load_job_that_fails_shows_its_log_and_removes_the_baseline(

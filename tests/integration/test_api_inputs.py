@@ -91,3 +91,32 @@ def test_get_shows_ready_0_and_why_a_resource_is_not_ready(
     assert wide["SPECULATOR"] == "RedHatAI/Qwen3-30B-A3B-Instruct-2507-speculator.eagle3"
     assert (wide["ENGINE"], wide["REPLICAS"], wide["READY"]) == ("vllm", "1", "0")
     assert wide["STATUS"] == "NoNodeFits"
+
+
+def test_a_schedule_with_a_gap_is_refused_at_apply_naming_the_field(kubectl: Kubectl, namespace: str) -> None:
+    body = example("gap")
+    body["spec"]["speculator"]["schedule"] = [
+        {"fromBatch": 1, "toBatch": 4, "tokens": 3},
+        {"fromBatch": 8, "tokens": 0},
+    ]
+    proc = kubectl.run("apply", "-f", "-", input=json.dumps(body), namespace=namespace)
+    assert proc.returncode != 0, proc.stdout
+    assert "spec.speculator.schedule" in proc.stderr and "cover every batch size once" in proc.stderr
+    assert get(kubectl, namespace, "sdep")["items"] == []
+
+
+def test_a_schedule_reaches_the_engine_command(kubectl: Kubectl, namespace: str, wait_for: WaitFor) -> None:
+    body = example("scheduled")
+    body["spec"]["speculator"]["schedule"] = [
+        {"fromBatch": 1, "toBatch": 4, "tokens": 2},
+        {"fromBatch": 5, "tokens": 0},
+    ]
+    apply(kubectl, namespace, body)
+    deployment = wait_for(
+        lambda: get(kubectl, namespace, "deployments")["items"], 60, "the Deployment of scheduled"
+    )[0]
+    command = container(deployment)["command"]
+    config = json.loads(command[command.index("--speculative-config") + 1])
+    assert config["num_speculative_tokens_per_batch_size"] == [[1, 4, 2], [5, api.MAX_BATCH_SIZE, 0]]
+    status = get(kubectl, namespace, "sdep", "scheduled")["status"]
+    assert status["command"] == command

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
-from specdeploy import engines
+from specdeploy import api, engines
 from specdeploy.children.labels import owner_reference
 from specdeploy.cli.bench import _levels
+from specdeploy.engines import vllm
 from specdeploy.speedup import load, manifests, report, results
 from specdeploy.speedup.driver import MARK
 from test_engine_render import SEED_000, SEED_003, spec_of
@@ -347,9 +348,9 @@ def test_report_table_summary_and_event() -> None:
     assert table.splitlines()[0].split()[:3] == ["CONCURRENCY", "SPEC", "TOK/S"]
     assert "2.90x" in table and "0.90x" in table
     assert table.endswith("Speculation pays up to concurrency 4 and stops paying above it.")
-    summary = json.loads(report.summary(paying, results_time(), {"outputLen": 64}))
+    summary = json.loads(report.summary(paying, results_time(), {"outputLen": 64}, "abc"))
     assert summary["speedup"] == {"1": 2.9, "4": 1.2, "16": 0.9} and summary["stopsPayingAbove"] == 4
-    assert len(report.summary(paying, results_time(), {"outputLen": 64})) < 1024
+    assert len(report.summary(paying, results_time(), {"outputLen": 64}, "abc")) < 1024
     assert report.event(paying)[:2] == ("Normal", report.BENCHMARKED)
     losing = results.verdict(_levels_with({1: 0.8}))
     kind, reason, message = report.event(losing)
@@ -377,3 +378,98 @@ def test_concurrency_levels() -> None:
     for bad in ("0", "a", "", "1,-2"):
         with pytest.raises(Exception, match=r"."):
             _levels(bad)
+
+
+SCHEDULED = {
+    "verifier": {"model": "Qwen/Qwen3-30B-A3B-Instruct-2507"},
+    "speculator": {
+        "model": "RedHatAI/Qwen3-30B-A3B-Instruct-2507-speculator.eagle3",
+        "numSpeculativeTokens": 3,
+        "schedule": [{"fromBatch": 1, "toBatch": 4, "tokens": 3}, {"fromBatch": 5, "tokens": 0}],
+    },
+    "parallelism": {"tensor": 1},
+}
+
+
+def test_vllm_draft_length_command_drafts_that_many_at_every_batch_size() -> None:
+    command = engines.render(api.SpeculativeDeploymentSpec.model_validate(SCHEDULED)).command
+    changed = engines.engine_for("vllm").draft_length_command(command, 1)
+    config = vllm.running_config(changed)
+    assert config is not None
+    assert config["num_speculative_tokens"] == 1 and vllm.SCHEDULE_KEY not in config
+    assert config["model"] == SCHEDULED["speculator"]["model"]
+    at = command.index(vllm.SPECULATIVE_CONFIG) + 1
+    assert changed[:at] + changed[at + 1 :] == command[:at] + command[at + 1 :]
+    with pytest.raises(ValueError, match="SGLang"):
+        engines.engine_for("sglang").draft_length_command(command, 1)
+
+
+def test_a_draft_length_copy_is_the_baseline_pod_with_that_length() -> None:
+    deployment = _golden("qwen3-30b-a3b-instruct-2507-eagle3", "Deployment")
+    owner = manifests.job_owner(RUN)
+    draft, service = manifests.draft_length(deployment, "qwen", owner, 2)
+    base, _ = manifests.baseline(deployment, "qwen", owner)
+    assert draft["metadata"]["name"] == "qwen-draft2" == service["metadata"]["name"]
+    assert draft["metadata"]["ownerReferences"] == [owner]
+    engine = _engine_container(draft)
+    config = vllm.running_config(engine["command"])
+    assert config is not None and config["num_speculative_tokens"] == 2
+    assert draft["spec"]["selector"] != base["spec"]["selector"]
+    assert service["spec"]["selector"] == draft["spec"]["selector"]["matchLabels"]
+    assert engine["resources"] == _engine_container(base)["resources"]
+
+
+def _draft_log(tokens: int, throughputs: dict[int, float]) -> str:
+    lines = []
+    for concurrency, value in throughputs.items():
+        record: dict[str, Any] = {
+            "target": load.draft_length_target(tokens),
+            "concurrency": concurrency,
+            "result": _result(value),
+            "before": _exposition(10, 30, 27, [10, 9, 8]),
+            "after": _exposition(60, 80, 67, [50, 9, 8]),
+        }
+        lines.append(MARK + json.dumps(record))
+    return "\n".join(lines)
+
+
+def test_draft_lengths_against_the_same_baseline() -> None:
+    """0 is the baseline, the resource's own length comes from its runs, others from their copy's log."""
+    log = _log(
+        {("baseline", 1): 50.0, ("speculative", 1): 100.0, ("baseline", 4): 400.0, ("speculative", 4): 300.0}
+    )
+    comparison = results.compare(log, "vllm", (1, 4))
+    measured = results.with_draft_lengths(
+        comparison, {0: None, 1: _draft_log(1, {1: 75.0, 4: 420.0}), 3: None}, "vllm"
+    )
+    by_tokens = {length.tokens: length for length in measured.draft_lengths}
+    assert [r.output_tokens_per_second for r in by_tokens[0].results] == [50.0, 400.0]
+    assert [r.speedup for r in by_tokens[1].results] == [1.5, 1.05]
+    assert [r.output_tokens_per_second for r in by_tokens[3].results] == [100.0, 300.0]
+    one = by_tokens[1].results[0].acceptance
+    # 50 steps drafting 50 tokens, 40 kept: 1.8 tokens per step.
+    assert one is not None and one.mean_length == 1.8
+    summary = json.loads(report.summary(measured, results_time(), {}, "abc"))
+    assert summary["command"] == "abc"
+    assert summary["draftLengths"]["1"] == {
+        "outputTokensPerSecond": {"1": 75.0, "4": 420.0},
+        "meanLength": {"1": 1.8, "4": 1.8},
+    }
+    assert summary["draftLengths"]["0"]["meanLength"] == {"1": 1.0, "4": 1.0}
+    assert summary["meanLength"] == {"1": 3.7, "4": 3.7}
+    table = report.table(measured)
+    assert "K=0" in table and "K=1" in table and "75.0 (1.50x)" in table
+    with pytest.raises(results.ResultsError, match="draft-2 result at concurrency 4"):
+        results.with_draft_lengths(comparison, {2: _draft_log(2, {1: 75.0})}, "vllm")
+
+
+def test_plot_with_draft_lengths_is_written(tmp_path: Path) -> None:
+    from specdeploy.speedup.plot import plot
+
+    log = _log({("baseline", 1): 50.0, ("speculative", 1): 100.0})
+    comparison = results.with_draft_lengths(
+        results.compare(log, "vllm", (1,)), {0: None, 1: _draft_log(1, {1: 75.0})}, "vllm"
+    )
+    path = tmp_path / "bench.png"
+    plot(comparison, "title", path)
+    assert path.stat().st_size > 10_000

@@ -274,3 +274,15 @@ def test_api_key_in_engine_args_is_refused_naming_the_field(raw: dict[str, Any])
     errors = engines.validate(spec_of(with_engine(raw, args=["--api-key", "sk-plain"])))
     assert [str(e) for e in errors if "--api-key" in str(e)], errors
     assert any("spec.engine.apiKeySecretRef" in str(e) for e in errors), errors
+
+
+def test_vllm_renders_the_schedule_as_its_per_batch_size_draft_lengths() -> None:
+    """Ranges in order, the open last one ending at the API's largest batch size."""
+    schedule = [{"fromBatch": 1, "toBatch": 4, "tokens": 3}, {"fromBatch": 5, "tokens": 0}]
+    raw = {**SEED_000, "speculator": {**SEED_000["speculator"], "schedule": schedule}}
+    command = engines.render(spec_of(raw)).command
+    config = json.loads(command[command.index("--speculative-config") + 1])
+    assert config["num_speculative_tokens_per_batch_size"] == [[1, 4, 3], [5, api.MAX_BATCH_SIZE, 0]]
+    assert config["num_speculative_tokens"] == 3
+    plain = json.loads(engines.render(spec_of(SEED_000)).command[command.index("--speculative-config") + 1])
+    assert "num_speculative_tokens_per_batch_size" not in plain

@@ -142,3 +142,28 @@ def test_validate_accepts_a_spec_before_the_catalog_fills_it() -> None:
     assert fields(errors) == ["spec.engine.sglang.numDraftTokens"]
     bare = {key: value for key, value in raw.items() if key != "speculator"}
     assert engines.validate(api.SpeculativeDeploymentSpec.model_validate(bare)) == []
+
+
+SCHEDULE = [{"fromBatch": 1, "toBatch": 8, "tokens": 3}, {"fromBatch": 9, "tokens": 0}]
+
+
+def test_sglang_refuses_a_schedule_naming_its_version() -> None:
+    errors = check("sglang", speculator={**BASE["speculator"], "schedule": SCHEDULE})
+    assert fields(errors) == ["spec.speculator.schedule"]
+    assert "SGLang 0.5.23" in errors[0].message
+    assert check("vllm", speculator={**BASE["speculator"], "schedule": SCHEDULE}) == []
+
+
+def test_schedule_within_the_token_count_the_catalog_resolved() -> None:
+    """The schema compares with a numSpeculativeTokens in the spec; the effective spec's count,
+    filled from the catalog, is checked here."""
+    raw = {**BASE, "speculator": {"model": BASE["speculator"]["model"], "schedule": SCHEDULE}}
+    spec = api.SpeculativeDeploymentSpec.model_validate(raw)
+    assert engines.validate(spec) == []
+    assert spec.speculator is not None
+    resolved = spec.model_copy(
+        update={"speculator": spec.speculator.model_copy(update={"num_speculative_tokens": 2})}
+    )
+    errors = engines.validate(resolved)
+    assert fields(errors) == ["spec.speculator.schedule"]
+    assert "3 tokens" in errors[0].message and "numSpeculativeTokens 2" in errors[0].message

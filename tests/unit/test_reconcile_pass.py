@@ -1015,3 +1015,38 @@ def test_each_status_write_is_counted_under_its_cause(harness: Harness) -> None:
     after = causes()
     assert {c: after[c] - before[c] for c in after} == {"first": 1, api.READY: 1, "readyReplicas": 0}
     assert status.write_cause({"conditions": [{"type": api.READY}]}, {"readyReplicas": 2}) == "readyReplicas"
+
+
+def test_apply_turns_a_low_acceptance_pair_off_in_one_pass_then_writes_nothing(harness: Harness) -> None:
+    """The pass that decides renders the decision: the Deployment's command and the status that
+    records it are written together, then an unchanged resource writes nothing."""
+    speculator = {
+        **yaml.safe_load(EXAMPLE.read_text())["spec"]["speculator"],
+        "adaptive": {"policy": "Apply"},
+    }
+    patch = converge_seed(harness, resource(speculator=speculator))
+    figures = {
+        "rate": "0", "meanLength": "1", "perPosition": ["0", "0", "0"], "draftTokens": 3000, "drafts": 1000,
+        "pods": 1, "windowSeconds": 300, "measuredAt": "2026-12-07T12:00:00Z", "summary": "0 (1 tokens/step)",
+    }  # fmt: skip
+    assert patch["speculation"]["reason"] == "WaitingForAcceptance"
+    harness.view.resources[KEY] = with_status(harness.view.resources[KEY], {"acceptance": figures}, "14")
+    assert harness.run() == "converged"
+    deployment = applied(harness.kube, "Deployment")
+    assert '"num_speculative_tokens_per_batch_size":[[1,65536,0]]' in " ".join(command(deployment))
+    # A rollout like any spec change's: spec.rollout's NoSurge (one pod down at a time).
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}
+    }  # fmt: skip
+    ((_, written),) = harness.kube.status_patches
+    assert written["command"] == command(deployment)
+    assert written["speculation"]["appliedSchedule"] == [{"fromBatch": 1, "tokens": 0}]
+    assert written["speculation"]["reason"] == "SpeculationIneffective"
+    assert ("Normal", "SpeculationScheduleApplied") in harness.events.reasons()
+
+    harness.view.deployments[KEY] = stored(deployment, "15")
+    harness.view.resources[KEY] = with_status(harness.view.resources[KEY], written, "16")
+    harness.quiet()
+    for _ in range(2):
+        assert harness.run() == "converged"
+    assert harness.kube.applies == [] and harness.kube.status_patches == []

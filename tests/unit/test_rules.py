@@ -62,6 +62,10 @@ NAMES = st.one_of(
     st.sampled_from(["qwen3-8b", "qwen3.5-8b", "Qwen3-8b", "8b", "a-", "a" * 47, "a" * 48]),
     st.text(alphabet="ab9-._A", min_size=1, max_size=50),
 )
+# Batch ranges near a partition of the batch sizes: small starts and ends, the end often absent.
+BATCH_RANGE = st.fixed_dictionaries(
+    {"fromBatch": st.integers(1, 4), "tokens": st.integers(0, 4)}, optional={"toBatch": st.integers(1, 4)}
+)
 # What each schema node's rules see as self: small ranges, so every rule both holds and breaks.
 SELF: dict[str, st.SearchStrategy[Any]] = {
     rules.OBJECT: st.fixed_dictionaries({"metadata": st.fixed_dictionaries({"name": NAMES})}),
@@ -71,6 +75,10 @@ SELF: dict[str, st.SearchStrategy[Any]] = {
         security=optional(runAsNonRoot=st.booleans(), runAsUser=st.just(65532)),
         modelCache=optional(mountPath=MOUNT_PATHS, sizeLimit=st.just("200Gi")),
     ),
+    "spec.speculator": optional(
+        numSpeculativeTokens=st.integers(1, 4), schedule=st.lists(BATCH_RANGE, min_size=1, max_size=4)
+    ),
+    "spec.speculator.schedule[]": BATCH_RANGE,
     "spec.engine": st.fixed_dictionaries(
         {"name": st.sampled_from(["vllm", "sglang"])},
         optional={"vllm": st.just({}), "sglang": optional(numSteps=st.integers(1, 4))},
@@ -131,6 +139,30 @@ EDGES: dict[str, list[Any]] = {
             "security": {"runAsNonRoot": False},
             "modelCache": {"mountPath": "/root/x"},
         },
+    ],
+    "spec.speculator": [
+        {
+            "numSpeculativeTokens": 3,
+            "schedule": [{"fromBatch": 1, "toBatch": 2, "tokens": 3}, {"fromBatch": 3, "tokens": 0}],
+        },
+        {
+            "numSpeculativeTokens": 2,
+            "schedule": [{"fromBatch": 1, "toBatch": 2, "tokens": 3}, {"fromBatch": 3, "tokens": 0}],
+        },
+        {"schedule": [{"fromBatch": 3, "tokens": 0}, {"fromBatch": 1, "toBatch": 2, "tokens": 1}]},
+        {"schedule": [{"fromBatch": 1, "toBatch": 2, "tokens": 1}, {"fromBatch": 4, "tokens": 0}]},
+        {"schedule": [{"fromBatch": 1, "toBatch": 3, "tokens": 1}, {"fromBatch": 2, "tokens": 0}]},
+        {
+            "schedule": [
+                {"fromBatch": 1, "toBatch": 2, "tokens": 1},
+                {"fromBatch": 3, "toBatch": 4, "tokens": 0},
+            ]
+        },
+        {"schedule": [{"fromBatch": 1, "tokens": 1}, {"fromBatch": 1, "tokens": 0}]},
+    ],
+    "spec.speculator.schedule[]": [
+        {"fromBatch": 2, "toBatch": 1, "tokens": 0},
+        {"fromBatch": 2, "tokens": 0},
     ],
     "spec.engine": [
         {"name": "vllm", "vllm": {}},
@@ -223,6 +255,7 @@ BROKEN: dict[str, Any] = {
     "spec.podTemplate.spec": {"affinity": {"nodeAffinity": {}}},
     rules.OBJECT: {"metadata": {"name": "qwen3.5-8b"}},
     "spec.parallelism.nodes": 9,
+    "spec.speculator.schedule[]": {"fromBatch": 3, "toBatch": 2, "tokens": 1},
     "spec.parallelism.pipeline": "2",
     "spec.lifecycle": {"preStopSleepSeconds": 30, "terminationGracePeriodSeconds": 30},
     "spec": {
@@ -233,9 +266,21 @@ BROKEN: dict[str, Any] = {
 }
 
 
+# Where one node has several offline rules: a violation of each alone.
+BROKEN_RULE: dict[Rule, Any] = {
+    rules.SCHEDULE_COVERS: {
+        "schedule": [{"fromBatch": 1, "toBatch": 2, "tokens": 1}, {"fromBatch": 4, "tokens": 0}]
+    },
+    rules.SCHEDULE_TOKENS: {"numSpeculativeTokens": 2, "schedule": [{"fromBatch": 1, "tokens": 3}]},
+}
+
+
 @pytest.mark.parametrize("rule", [rule for rule in RULES if rule.offline], ids=rule_id)
 def test_offline_rules_reject_on_parse_with_the_rules_message(rule: Rule) -> None:
-    broken = broken_container(rule) if rule.at == rules.TEMPLATE_CONTAINER else BROKEN[rule.at]
+    if rule.at == rules.TEMPLATE_CONTAINER:
+        broken = broken_container(rule)
+    else:
+        broken = BROKEN_RULE[rule] if rule in BROKEN_RULE else BROKEN[rule.at]
     assert not cel_holds(rule, broken)
     with pytest.raises(ValidationError) as caught:
         if rule.at == rules.OBJECT:

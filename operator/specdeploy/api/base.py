@@ -16,12 +16,19 @@ SHORT_NAMES = ("sdep", "specdeploy")
 API_VERSION = f"{GROUP}/{VERSION}"
 
 EngineName = Literal["vllm", "sglang"]
+# The latest ``specdeploy bench`` run, kept on the resource; with ``--tokens`` it holds the cost
+# of each draft length that adaptive speculation reads.
+BENCHMARK_ANNOTATION = f"{GROUP}/benchmark"
 # The extended resource NVIDIA's device plugin advertises; the plan sets it, users may not.
 GPU_RESOURCE = "nvidia.com/gpu"
 # The most nodes one replica spans (a LeaderWorkerSet group of this size).
 MAX_NODES = 8
 # The most replicas (engine pods, or LeaderWorkerSet groups) one resource asks for.
 MAX_REPLICAS = 1024
+# The largest batch size a draft-length schedule names; the last range runs on above it too.
+MAX_BATCH_SIZE = 65_536
+# The most draft tokens per step (vLLM num_speculative_tokens, SGLang steps).
+MAX_SPECULATIVE_TOKENS = 16
 # The longest resource name every child can take. The Service takes the name itself, so it is a
 # DNS-1035 label (at most 63). A replica on several nodes is LeaderWorkerSet group i, whose
 # workers are a StatefulSet named <name>-<i>; a StatefulSet's pods carry the label

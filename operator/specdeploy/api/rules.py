@@ -114,6 +114,72 @@ SGLANG_TOPK_WITH_DRAFT_TOKENS = Rule(
     field_path=".eagleTopk",
 )
 
+
+def _covers_every_batch(speculator: Any) -> bool:
+    """The ranges partition 1, 2, ...: one starts at 1, each other right after another's end,
+    each end is followed by a start, starts are unique and one range alone is open-ended."""
+    ranges = speculator.get("schedule")
+    if ranges is None:
+        return True
+    starts = [r["fromBatch"] for r in ranges]
+    ends = {r["toBatch"] for r in ranges if "toBatch" in r}
+    return (
+        starts.count(1) == 1
+        and sum("toBatch" not in r for r in ranges) == 1
+        and len(set(starts)) == len(starts)
+        and all(start == 1 or start - 1 in ends for start in starts)
+        and all(end + 1 in starts for end in ends)
+    )
+
+
+# vLLM's own rules for num_speculative_tokens_per_batch_size (its first range starts at 1, none
+# overlap), made stricter where a schedule with a gap or an end is surely a mistake: vLLM
+# carries the previous draft length over a gap and past the last range.
+SCHEDULE_COVERS = Rule(
+    at="spec.speculator",
+    cel=(
+        "!has(self.schedule) || ("
+        "self.schedule.exists_one(r, r.fromBatch == 1) && "
+        "self.schedule.exists_one(r, !has(r.toBatch)) && "
+        "self.schedule.all(r, self.schedule.exists_one(o, o.fromBatch == r.fromBatch)) && "
+        "self.schedule.all(r, r.fromBatch == 1 || "
+        "self.schedule.exists(o, has(o.toBatch) && o.toBatch + 1 == r.fromBatch)) && "
+        "self.schedule.all(r, !has(r.toBatch) || "
+        "self.schedule.exists(o, o.fromBatch == r.toBatch + 1)))"
+    ),
+    message=(
+        "schedule must cover every batch size once: the first range from fromBatch 1, "
+        "each next from the previous toBatch + 1, and only the last without toBatch (and above)"
+    ),
+    holds=_covers_every_batch,
+    field_path=".schedule",
+    offline=True,
+)
+SCHEDULE_TOKENS = Rule(
+    at="spec.speculator",
+    cel=(
+        "!has(self.schedule) || !has(self.numSpeculativeTokens) || "
+        "self.schedule.all(r, r.tokens <= self.numSpeculativeTokens)"
+    ),
+    message="schedule tokens must be at most numSpeculativeTokens, the draft length the engine allocates for",
+    holds=lambda s: (
+        "schedule" not in s
+        or "numSpeculativeTokens" not in s
+        or all(r["tokens"] <= s["numSpeculativeTokens"] for r in s["schedule"])
+    ),
+    field_path=".schedule",
+    offline=True,
+)
+SCHEDULE_RANGE = Rule(
+    at="spec.speculator.schedule[]",
+    cel="!has(self.toBatch) || self.toBatch >= self.fromBatch",
+    message="toBatch must be at least fromBatch",
+    holds=lambda r: "toBatch" not in r or r["toBatch"] >= r["fromBatch"],
+    field_path=".toBatch",
+    offline=True,
+)
+
+
 # The engine container's fields the operator sets, each with where its setting lives instead.
 ENGINE_OWNED = {
     "command": "rendered from the engine and the GPU plan (status.command); extra arguments go "
@@ -187,6 +253,9 @@ NAME = Rule(
 
 RULES: tuple[Rule, ...] = (
     NAME,
+    SCHEDULE_COVERS,
+    SCHEDULE_TOKENS,
+    SCHEDULE_RANGE,
     SGLANG_CHAIN,
     SGLANG_TOPK_WITH_DRAFT_TOKENS,
     Rule(

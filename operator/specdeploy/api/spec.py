@@ -21,7 +21,15 @@ from pydantic import (
 )
 
 from specdeploy.api import rules
-from specdeploy.api.base import ENGINE_HOME, MAX_NODES, MAX_REPLICAS, ApiModel, Quantity
+from specdeploy.api.base import (
+    ENGINE_HOME,
+    MAX_BATCH_SIZE,
+    MAX_NODES,
+    MAX_REPLICAS,
+    MAX_SPECULATIVE_TOKENS,
+    ApiModel,
+    Quantity,
+)
 from specdeploy.api.engine_spec import Engine
 from specdeploy.api.pod_spec import (
     Lifecycle,
@@ -46,8 +54,74 @@ class Verifier(ApiModel):
     )
 
 
+class BatchRange(ApiModel):
+    """The draft length for one range of batch sizes (sequences decoded in one verifier step)."""
+
+    model_config = ConfigDict(json_schema_extra=rules.schema_extra("spec.speculator.schedule[]"))
+
+    from_batch: int = Field(ge=1, le=MAX_BATCH_SIZE, description="First batch size of the range.")
+    to_batch: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_BATCH_SIZE,
+        description="Last batch size of the range (inclusive). Left out on the last range: and above.",
+    )
+    tokens: int = Field(
+        ge=0,
+        le=MAX_SPECULATIVE_TOKENS,
+        description="Draft tokens per step at these batch sizes, at most numSpeculativeTokens; 0 turns "
+        "speculation off there.",
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> BatchRange:
+        """The CEL rule, for specs that did not come through the apiserver."""
+        rules.enforce("spec.speculator.schedule[]", rules.wire(self))
+        return self
+
+
+class Adaptive(ApiModel):
+    """How the operator acts on what it measures: the draft length per batch size."""
+
+    policy: Literal["Off", "Recommend", "Apply"] = Field(
+        default="Recommend",
+        description=(
+            "Off: the schedule is what spec.speculator.schedule says, or none. Recommend: the "
+            "operator also computes the draft length per batch size that maximises expected "
+            "throughput (status.speculation.recommendedSchedule). Apply: it also rolls that out "
+            "(status.speculation.appliedSchedule), within the guard rails below. vLLM only."
+        ),
+    )
+    min_interval_seconds: int = Field(
+        default=900,
+        ge=60,
+        le=604_800,
+        description="At most one change of the running schedule per this many seconds (a revert excepted).",
+    )
+    min_gain: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description=(
+            "Apply a recommendation only when its predicted output tokens/s beat the running "
+            "schedule's by this fraction at one measured concurrency at least."
+        ),
+    )
+    probe_interval_seconds: int = Field(
+        default=3600,
+        ge=300,
+        le=604_800,
+        description=(
+            "With speculation turned off at every batch size the engines measure no acceptance: "
+            "after this many seconds the spec's own schedule runs again until acceptance is measured."
+        ),
+    )
+
+
 class Speculator(ApiModel):
     """The small EAGLE-3 draft model trained for the verifier."""
+
+    model_config = ConfigDict(json_schema_extra=rules.schema_extra("spec.speculator"))
 
     model: str | None = Field(
         default=None,
@@ -67,7 +141,7 @@ class Speculator(ApiModel):
     num_speculative_tokens: int | None = Field(
         default=None,
         ge=1,
-        le=16,
+        le=MAX_SPECULATIVE_TOKENS,
         description=(
             "Tokens the draft proposes per step (vLLM num_speculative_tokens, SGLang "
             "--speculative-num-steps). Default: the catalog's published value for the "
@@ -80,6 +154,28 @@ class Speculator(ApiModel):
         le=16,
         description="Tensor-parallel size of the draft. vLLM accepts 1 or the verifier's size.",
     )
+    schedule: list[BatchRange] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=16,
+        description=(
+            "Draft length by batch size: ranges that cover every batch size once, the first from 1, "
+            "the last without toBatch (vLLM num_speculative_tokens_per_batch_size; not in the "
+            "pinned SGLang). Unset: numSpeculativeTokens at every batch size."
+        ),
+    )
+
+    adaptive: Adaptive = Field(default_factory=Adaptive, json_schema_extra={"default": {}})
+
+    @model_validator(mode="after")
+    def _schedule(self) -> Speculator:
+        """The CEL rules, for specs that did not come through the apiserver; then the order the
+        apiserver cannot check, so the last range is the one written last."""
+        rules.enforce("spec.speculator", rules.wire(self))
+        starts = [entry.from_batch for entry in self.schedule or ()]
+        if starts != sorted(starts):
+            raise ValueError("schedule: write the ranges in order of fromBatch")
+        return self
 
 
 TensorSize = int | Literal["auto"]

@@ -113,6 +113,67 @@ class Acceptance(ApiModel):
     summary: str = Field(description="The ACCEPTANCE column: rate and mean length.")
 
 
+class ScheduleRange(ApiModel):
+    """A draft length for a range of batch sizes, and what it is expected to gain."""
+
+    from_batch: int = Field(description="First batch size of the range.")
+    to_batch: int | None = Field(default=None, description="Last batch size (inclusive); absent: and above.")
+    tokens: int = Field(description="Draft tokens per step; 0: no speculation.")
+    expected_speedup: str | None = Field(
+        default=None,
+        description="Expected output tokens/s over the baseline without speculation, at fromBatch.",
+    )
+
+
+class SpeculationBasis(ApiModel):
+    """What a recommendation was computed from."""
+
+    per_position: list[str] = Field(
+        description="Acceptance per draft position, measured with every batch size drafting `tokens`."
+    )
+    mean_length: str = Field(description="Tokens per verifier step measured then.")
+    tokens: int = Field(description="Draft length the acceptance was measured at.")
+    draft_tokens: int = Field(description="Draft tokens the acceptance window held.")
+    measured_at: str = Field(description="When the acceptance was read (RFC 3339).")
+    benchmark_measured_at: str | None = Field(
+        default=None,
+        description="The `specdeploy bench --tokens` run whose cost per draft length was used (RFC 3339).",
+    )
+
+
+class Speculation(ApiModel):
+    """Adaptive speculation: the draft length per batch size recommended, and what runs."""
+
+    policy: str = Field(description="spec.speculator.adaptive.policy.")
+    reason: str = Field(description="CamelCase: why the recommendation is what it is, or why there is none.")
+    message: str = Field(default="", description="The recommendation and its basis, or what it waits for.")
+    recommended_schedule: list[ScheduleRange] = Field(
+        default_factory=list,
+        description="The draft length per batch size expected to serve the most tokens/s.",
+    )
+    basis: SpeculationBasis | None = None
+    applied_schedule: list[ScheduleRange] | None = Field(
+        default=None, description="Apply: the schedule the engines run now."
+    )
+    applied_at: str | None = Field(
+        default=None, description="When the running schedule was applied (RFC 3339)."
+    )
+    previous_schedule: list[ScheduleRange] | None = Field(
+        default=None, description="The schedule before the last change: what a revert goes back to."
+    )
+    rejected_schedule: list[ScheduleRange] | None = Field(
+        default=None,
+        description="A schedule reverted because it measured worse; not applied again until a new benchmark.",
+    )
+    turned_off: int | None = Field(
+        default=None,
+        description=(
+            "Times speculation was turned off since a recommendation last turned it on: each doubles "
+            "the wait before the next probe (spec.speculator.adaptive.probeIntervalSeconds), up to 32 times."
+        ),
+    )
+
+
 class SpeculativeDeploymentStatus(ApiModel):
     """Observed state, written only by the operator."""
 
@@ -139,3 +200,4 @@ class SpeculativeDeploymentStatus(ApiModel):
     pairing: PairingStatus | None = None
     plan: Plan | None = None
     acceptance: Acceptance | None = None
+    speculation: Speculation | None = None

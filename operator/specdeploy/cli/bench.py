@@ -13,6 +13,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from specdeploy import api
 from specdeploy.cli.results import add_output_flag, dump
 
 
@@ -35,6 +36,18 @@ def _levels(text: str) -> tuple[int, ...]:
     return levels
 
 
+def _draft_lengths(text: str) -> tuple[int, ...]:
+    try:
+        lengths = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"a comma-separated list of draft lengths, got {text!r}") from exc
+    if not lengths or lengths[0] < 0 or lengths[-1] > api.MAX_SPECULATIVE_TOKENS:
+        raise argparse.ArgumentTypeError(
+            f"draft lengths from 0 to {api.MAX_SPECULATIVE_TOKENS}, got {text!r}"
+        )
+    return lengths
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "bench",
@@ -53,6 +66,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--concurrency", type=_levels, default=(1, 4, 16), metavar="C,C,...",
         help="requests in flight per engine, one run each (default: 1,4,16)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tokens", type=_draft_lengths, default=(), metavar="K,K,...",
+        help="also measure these draft lengths at every batch size (0: the baseline), one engine copy "
+        "at a time: the cost curve the operator's adaptive speculation reads (vLLM; e.g. 0,1,2,3)",
     )  # fmt: skip
     parser.add_argument("--prompts", type=_positive, default=64, help="requests per run (default: 64)")
     parser.add_argument(
@@ -111,7 +129,7 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specdeploy.controller.kube import KubeClient, load_config
-    from specdeploy.speedup import Load, ResultsError, compare, report
+    from specdeploy.speedup import Load, ResultsError, compare, report, with_draft_lengths
     from specdeploy.speedup.session import EXIT_INTERRUPTED, EXIT_LOAD, BenchError, Options, Session, say
 
     load_config()
@@ -122,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     )  # fmt: skip
     options = Options(
         name=args.name, load=load, keep_baseline=args.keep_baseline, load_image=args.load_image,
-        timeout=args.timeout, schedule_timeout=args.schedule_timeout,
+        timeout=args.timeout, schedule_timeout=args.schedule_timeout, tokens=args.tokens,
     )  # fmt: skip
     session = Session(
         KubeClient(field_manager="specdeploy-bench"), args.namespace or _context_namespace(), options
@@ -135,6 +153,8 @@ def run(args: argparse.Namespace) -> int:
         engine = (session.resource.get("status") or {}).get("engine", "vllm")
         try:
             comparison = compare(log, engine, args.concurrency)
+            if args.tokens:
+                comparison = with_draft_lengths(comparison, session.measure_draft_lengths(), engine)
         except ResultsError as exc:
             raise BenchError(EXIT_LOAD, str(exc)) from exc
         body = session.report(comparison)
@@ -149,7 +169,9 @@ def run(args: argparse.Namespace) -> int:
             )
             plot(comparison, title, args.plot)
             say(f"plot written to {args.plot}")
-        summary = report.summary(comparison, datetime.now(UTC), session.load.describe())
+        summary = report.summary(
+            comparison, datetime.now(UTC), session.load.describe(), session.command_digest()
+        )
         session.record(summary, report.event(comparison))
         return 0
     except BenchError as exc:

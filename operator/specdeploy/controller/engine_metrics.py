@@ -4,8 +4,9 @@ Every ``interval`` (with jitter) one round reads ``/metrics`` of every ready eng
 the command its resource's status shows, at most ``concurrency`` at a time, each within
 ``timeout`` and a size cap. Resources without such pods cost nothing: no request, no state. The
 counters go into each resource's sliding window (``acceptance.Window``); when what status would
-show changed (``controller.status.acceptance_outdated``), the resource is handed to the work queue,
-whose reconcile writes it. No timer per object: one loop, one HTTP connection pool.
+show changed (``controller.status.acceptance_outdated``), or a guard rail of adaptive speculation
+expired (``adaptive.due``), the resource is handed to the work queue, whose reconcile writes it.
+No timer per object: one loop, one HTTP connection pool.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from specdeploy import acceptance, enginefacts
+from specdeploy import acceptance, adaptive, enginefacts
 from specdeploy.children import ENGINE_LABEL, METRICS_PATH
 from specdeploy.controller import metrics, status
 from specdeploy.controller.pods import PodView, command_digest, serving
@@ -233,7 +234,7 @@ class EngineMetricsReader:
             reading = self._update(key, body, [next(reads) for _ in targets], present)
             if not targets and not self._held[key].window:
                 self.forget(key)
-            elif status.acceptance_outdated(body, reading, targets):
+            elif status.acceptance_outdated(body, reading, targets) or adaptive.due(body, self._wall_clock()):
                 changed.append(key)
         self._previous_round = started
         return changed

@@ -16,14 +16,16 @@ import concurrent.futures
 import dataclasses
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
-from specdeploy import engines, pipeline
+from specdeploy import adaptive, api, engines, pipeline
+from specdeploy.acceptance import Reading
 from specdeploy.children import CHILD_KINDS, ENGINE_KINDS, NO_DEFAULTS, SERVICE, PodDefaults
 from specdeploy.controller import diffing, events, metrics, status
 from specdeploy.controller.engine_metrics import EngineMetricsReader
 from specdeploy.controller.kube import KubeClient, Refused
-from specdeploy.controller.pods import EngineLogs, FailureMemory, PodView, pod_failure
+from specdeploy.controller.pods import EngineLogs, FailureMemory, PodView, command_digest, pod_failure
 from specdeploy.controller.workqueue import CallLater, Key, Outcome, WorkQueue, WriteLedger, loop_call_later
 from specdeploy.modelinfo import ModelResolver
 from specdeploy.planning import Inventory, inventory_from_nodes
@@ -93,9 +95,11 @@ class Reconciler:
         call_later: CallLater = loop_call_later,
         engine_metrics: EngineMetricsReader | None = None,
         pod_defaults: PodDefaults = NO_DEFAULTS,
+        wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.kube = kube
         self.pod_defaults = pod_defaults
+        self.wall_clock = wall_clock
         self.post_event = post_event
         self.read_secrets = read_secrets
         self.resolver = resolver or ModelResolver()
@@ -242,22 +246,14 @@ class Reconciler:
         """One pass: children and status written where they differ."""
         if not self.gpus.signature:
             self.gpus.refresh(view.nodes())
-        desired = await self._run(
-            pipeline.compute,
-            body,
-            self.resolver,
-            self.gpus.inventory,
-            self.kube.read_configmap,
-            self.kube.read_secret if self.read_secrets else None,
-            self.leader_worker_sets,
-            self.pod_defaults,
-            True,  # fetch tokenizer files: the pairing check's tokenizer rule runs in the cluster
-        )
-        desired = _stamped(desired)
+        desired = await self._compute(body)
+        reading = None if self.engine_metrics is None else self.engine_metrics.reading(key)
+        decision = None
+        if not desired.blocked and desired.spec is not None:
+            desired, decision = await self._adapted(body, desired, reading)
         current = {kind.kind: view.child(kind.kind, key) for kind in CHILD_KINDS}
         if not desired.blocked:
             desired = await self._apply_children(body, key, desired, current)
-        reading = None if self.engine_metrics is None else self.engine_metrics.reading(key)
         new_status, transitions = status.status_for(
             body,
             desired,
@@ -265,6 +261,7 @@ class Reconciler:
             await self._with_root_causes(key, view.pods(key)),
             reading,
             reachable=current[SERVICE.kind] is not None,
+            speculation_=None if decision is None else decision.speculation,
         )
         metrics.publish_acceptance(key, {**(body.get("status") or {}), **(new_status or {})})
         if new_status is not None:
@@ -279,9 +276,47 @@ class Reconciler:
                 self.ledger.remember("status", key, fingerprint, version)
         for notice in events.notices(transitions):
             await self._post(body, notice)
+        if new_status is not None and decision is not None:
+            for type_, reason, message in decision.notices:
+                await self._post(body, events.Notice(type_, reason, message))  # type: ignore[arg-type]
         if desired.retry:
             return "retry"
         return "blocked" if desired.blocked else "converged"
+
+    async def _compute(self, body: dict[str, Any]) -> pipeline.Desired:
+        desired = await self._run(
+            pipeline.compute,
+            body,
+            self.resolver,
+            self.gpus.inventory,
+            self.kube.read_configmap,
+            self.kube.read_secret if self.read_secrets else None,
+            self.leader_worker_sets,
+            self.pod_defaults,
+            True,  # fetch tokenizer files: the pairing check's tokenizer rule runs in the cluster
+        )
+        return _stamped(desired)
+
+    async def _adapted(
+        self, body: dict[str, Any], desired: pipeline.Desired, reading: Reading | None
+    ) -> tuple[pipeline.Desired, adaptive.Decision]:
+        """Adaptive speculation's decision on the acceptance this pass judges and the resource's
+        latest benchmark; when it changes the running schedule, the children rendered with the
+        new one (the pipeline reads it back from the status this pass writes)."""
+        assert desired.spec is not None
+        command = desired.status.command
+        figures, _ = status.speculation(body, command, reading, 0)
+        annotations = body["metadata"].get("annotations") or {}
+        curve = adaptive.parse(annotations.get(api.BENCHMARK_ANNOTATION))
+        decision = adaptive.decide(
+            desired.spec, body, figures, curve, command_digest(command), self.wall_clock()
+        )
+        if decision.reschedule and decision.speculation is not None:
+            speculation = decision.speculation.model_dump(by_alias=True, exclude_none=True)
+            desired = await self._compute(
+                {**body, "status": {**(body.get("status") or {}), "speculation": speculation}}
+            )
+        return desired, decision
 
     async def _with_root_causes(self, key: Key, pods: list[PodView]) -> list[PodView]:
         """``pods`` with the root cause of each crashed engine run, its log read once per run."""

@@ -197,8 +197,10 @@ def status_for(
     pods: Sequence[PodView] = (),
     reading: acceptance.Reading | None = None,
     reachable: bool = True,
+    speculation_: api.Speculation | None = None,
 ) -> tuple[dict[str, Any] | None, list[conditions.Transition]]:
-    """The status to write (None when unchanged) and the condition transitions to report."""
+    """The status to write (None when unchanged) and the condition transitions to report;
+    ``speculation_`` is adaptive speculation's decision (``adaptive.decide``)."""
     current = body.get("status") or {}
     generation = body.get("metadata", {}).get("generation")
     spec_replicas = int((body.get("spec") or {}).get("replicas", 1))
@@ -215,13 +217,15 @@ def status_for(
     desired = observed.model_dump(by_alias=True, exclude_none=True, include=observed.model_fields_set)
     if result.blocked and deployment is not None:
         # Keep what is still running visible; the plan and command of a blocked spec are not.
-        for kept in ("command", "endpoint", "selector", "tensorParallelSize"):
+        for kept in ("command", "endpoint", "selector", "tensorParallelSize", "speculation"):
             if kept in current and kept not in desired:
                 desired[kept] = current[kept]
     command = desired.get("command") or []
     figures, effective = speculation(body, command, reading, counted(serving(pods, command), ready))
     if figures is not None:
         desired["acceptance"] = figures.model_dump(by_alias=True, exclude_none=True)
+    if speculation_ is not None:
+        desired["speculation"] = speculation_.model_dump(by_alias=True, exclude_none=True)
     conds = [
         *lifecycle_conditions(result, deployment, spec_replicas, pods, reachable),
         *result.conditions,

@@ -120,6 +120,11 @@ class Engine(Protocol):
         """``command`` (a rendered or running argv) serving the same verifier without a speculator."""
         ...
 
+    def draft_length_command(self, command: Sequence[str], tokens: int) -> list[str]:
+        """``command`` drafting ``tokens`` tokens at every batch size (no schedule); ValueError
+        when the engine cannot say so in its command."""
+        ...
+
 
 @dataclass(frozen=True)
 class OwnedFlag:
@@ -310,5 +315,23 @@ def draft_tp_errors(spec: api.SpeculativeDeploymentSpec) -> list[FieldError]:
             "spec.speculator.draftTensorParallelSize",
             f"{spec.engine.name} runs the draft with tensor-parallel size {sizes} "
             f"(the verifier's parallelism.tensor is {tensor}); got {draft}",
+        )
+    ]
+
+
+def schedule_errors(spec: api.SpeculativeDeploymentSpec) -> list[FieldError]:
+    """A schedule's draft lengths within the token count the catalog resolved (the schema checks
+    them only against a numSpeculativeTokens written in the spec)."""
+    spec_ = spec.speculator
+    if spec_ is None or spec_.schedule is None or spec_.num_speculative_tokens is None:
+        return []
+    longest = max(entry.tokens for entry in spec_.schedule)
+    if longest <= spec_.num_speculative_tokens:
+        return []
+    return [
+        FieldError(
+            "spec.speculator.schedule",
+            f"a range drafts {longest} tokens, more than the speculator's numSpeculativeTokens "
+            f"{spec_.num_speculative_tokens} (the catalog's value when the spec leaves it out)",
         )
     ]

@@ -118,6 +118,20 @@ def mem_fraction_static(spec: api.SpeculativeDeploymentSpec) -> float:
     return round(spec.gpu_memory_utilization - DRAFT_HEADROOM, 2)
 
 
+def _schedule_errors(spec: api.SpeculativeDeploymentSpec) -> list[FieldError]:
+    """SGLang 0.5.23 has no fixed draft length per batch size: refused, not silently ignored."""
+    if spec.speculator is None or spec.speculator.schedule is None:
+        return []
+    return [
+        FieldError(
+            "spec.speculator.schedule",
+            f"SGLang {VERSION} takes no draft length per batch size: its --speculative-adaptive "
+            "moves the steps itself, from the acceptance it sees and candidates read from a file. "
+            "Leave the schedule out, or serve the pair with engine.name vllm",
+        )
+    ]
+
+
 def _draft_shape_errors(spec: api.SpeculativeDeploymentSpec) -> list[FieldError]:
     """The CRD's draft-shape rules on the effective options (steps from numSpeculativeTokens
     count too), and numSteps only with the rest of the set."""
@@ -237,7 +251,16 @@ class SglangEngine:
             draft_tp_errors(spec)
             + _draft_shape_errors(spec)
             + _memory_errors(spec)
+            + _schedule_errors(spec)
             + owned_flag_errors(spec, OWNED_FLAGS)
+        )
+
+    def draft_length_command(self, command: Sequence[str], tokens: int) -> list[str]:
+        """Refused: the draft's steps, top-k and tree size move together in SGLang, so a length
+        alone does not say which draft to run."""
+        raise ValueError(
+            f"measuring draft lengths needs vLLM: SGLang {VERSION} sets steps, top-k and draft "
+            "tokens together"
         )
 
     def baseline_command(self, command: Sequence[str]) -> list[str]:

@@ -26,6 +26,7 @@ from specdeploy.engines.base import (
     node_count,
     owned_flag_errors,
     pipeline_parallel_size,
+    schedule_errors,
     speculator,
     tensor_parallel_size,
     verifier_model,
@@ -63,6 +64,8 @@ OWNED_FLAGS: tuple[OwnedFlag, ...] = (
         "spec.parallelism.nodes (the operator renders the multi-node launch)",
     ),
 )
+SPECULATIVE_CONFIG = "--speculative-config"
+SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 # Every option that configures speculation: the rendered one and its aliases.
 SPECULATIVE_OPTIONS = ("--speculative-", "-sc", "--spec-")
 
@@ -79,6 +82,21 @@ def speculative_config(spec: api.SpeculativeDeploymentSpec) -> dict[str, Any]:
         config["revision"] = spec_.revision
     if spec_.draft_tensor_parallel_size is not None:
         config["draft_tensor_parallel_size"] = spec_.draft_tensor_parallel_size
+    if spec_.schedule is not None:
+        # The open-ended last range ends at the API's largest batch size; vLLM carries its
+        # draft length on past that, to its own max_num_seqs.
+        config[SCHEDULE_KEY] = [
+            [entry.from_batch, entry.to_batch or api.MAX_BATCH_SIZE, entry.tokens] for entry in spec_.schedule
+        ]
+    return config
+
+
+def running_config(command: Sequence[str]) -> dict[str, Any] | None:
+    """The ``--speculative-config`` object of a command the operator rendered; None without one."""
+    argv = list(command)
+    if SPECULATIVE_CONFIG not in argv[:-1]:
+        return None
+    config: dict[str, Any] = json.loads(argv[argv.index(SPECULATIVE_CONFIG) + 1])
     return config
 
 
@@ -106,7 +124,7 @@ class VllmEngine:
         cmd = [
             "vllm", "serve", verifier_model(spec),
             "--tensor-parallel-size", str(tensor_parallel_size(spec)),
-            "--speculative-config", config,
+            SPECULATIVE_CONFIG, config,
             "--port", str(PORT),
             "--host", HOST,
         ]  # fmt: skip
@@ -144,8 +162,19 @@ class VllmEngine:
 
     def validate(self, spec: api.SpeculativeDeploymentSpec) -> list[FieldError]:
         """vLLM runs the draft at TP 1 or the verifier's TP; operator-owned flags stay out of args."""
-        return draft_tp_errors(spec) + owned_flag_errors(spec, OWNED_FLAGS)
+        return draft_tp_errors(spec) + schedule_errors(spec) + owned_flag_errors(spec, OWNED_FLAGS)
 
     def baseline_command(self, command: Sequence[str]) -> list[str]:
         """Everything but ``--speculative-config``: the verifier alone, every other flag as is."""
         return without_options(command, SPECULATIVE_OPTIONS)
+
+    def draft_length_command(self, command: Sequence[str], tokens: int) -> list[str]:
+        """The rendered ``--speculative-config`` with ``num_speculative_tokens`` set and no schedule."""
+        argv = list(command)
+        config = running_config(argv)
+        if config is None:
+            raise ValueError(f"the command has no {SPECULATIVE_CONFIG} to set the draft length in")
+        config["num_speculative_tokens"] = tokens
+        config.pop(SCHEDULE_KEY, None)
+        argv[argv.index(SPECULATIVE_CONFIG) + 1] = json.dumps(config, separators=(",", ":"))
+        return argv

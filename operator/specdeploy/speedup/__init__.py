@@ -6,6 +6,16 @@ The feature behind ``specdeploy bench`` (``cli/bench.py``, its options and outpu
 what it measures so it is not confused with ``bench/``, the project's own benchmark scripts."""
 
 from specdeploy.speedup.load import BASELINE, SPECULATIVE, Load, command, plan
-from specdeploy.speedup.results import Comparison, ResultsError, compare
+from specdeploy.speedup.results import Comparison, ResultsError, compare, with_draft_lengths
 
-__all__ = ["BASELINE", "SPECULATIVE", "Comparison", "Load", "ResultsError", "command", "compare", "plan"]
+__all__ = [
+    "BASELINE",
+    "SPECULATIVE",
+    "Comparison",
+    "Load",
+    "ResultsError",
+    "command",
+    "compare",
+    "plan",
+    "with_draft_lengths",
+]

@@ -9,6 +9,7 @@ tokens per second, TTFT, ITL and TPOT percentiles, completed and failed requests
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from importlib import resources
 
@@ -89,18 +90,32 @@ class Load:
 def plan(
     load: Load, engine: EngineName, model: str, tokenizer: str, speculative_url: str, baseline_url: str
 ) -> dict[str, object]:
-    """The driver's input: per concurrency the baseline, then the speculative engine (whose
-    /metrics are read around its run for acceptance), in the order given."""
+    """The driver's input: per concurrency the baseline, then the speculative engine."""
+    return targets_plan(
+        load, engine, model, tokenizer, ((BASELINE, baseline_url), (SPECULATIVE, speculative_url))
+    )
+
+
+def draft_length_target(tokens: int) -> str:
+    """The target name of the engine copy drafting ``tokens`` tokens."""
+    return f"draft-{tokens}"
+
+
+def targets_plan(
+    load: Load, engine: EngineName, model: str, tokenizer: str, targets: Sequence[tuple[str, str]]
+) -> dict[str, object]:
+    """Per concurrency, each (name, URL) target in the order given; the /metrics of each engine
+    that speculates (every target but the baseline) are read around its run for acceptance."""
     steps = []
     for concurrency in load.concurrencies:
-        for target, url in ((BASELINE, baseline_url), (SPECULATIVE, speculative_url)):
+        for target, url in targets:
             step: dict[str, object] = {
                 "target": target,
                 "concurrency": concurrency,
                 "healthUrl": f"{url}/health",
                 "argv": load.argv(url, model, tokenizer, concurrency),
             }
-            if target == SPECULATIVE:
+            if target != BASELINE:
                 step["metricsUrl"] = f"{url}/metrics"
             steps.append(step)
     return {"steps": steps, "metricPrefixes": list(facts_for(engine).metrics.families)}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 from specdeploy import api, children, engines
@@ -24,7 +25,7 @@ ROLE_LABEL = f"{api.GROUP}/benchmark-role"
 MANAGED_BY = "specdeploy-bench"
 TEMPLATE_HASH_ANNOTATION = f"{api.GROUP}/baseline-template-hash"
 # What the SpeculativeDeployment keeps of its latest benchmark (see docs/benchmark.md).
-SUMMARY_ANNOTATION = f"{api.GROUP}/benchmark"
+SUMMARY_ANNOTATION = api.BENCHMARK_ANNOTATION
 # Labels and annotations the operator sets on engine pods; a baseline gets its own instead.
 OWN_LABELS = frozenset(
     {NAME_LABEL, children.INSTANCE_LABEL, children.MANAGED_BY_LABEL, children.ENGINE_LABEL,
@@ -50,7 +51,7 @@ def child_name(name: str, suffix: str) -> str:
     return f"{name[: DNS_LABEL_MAX - len(suffix) - 8]}-{digest}-{suffix}"
 
 
-ROLE_SUFFIX = {"run": "bench", "baseline": "baseline", "load": "bench-load"}
+ROLE_SUFFIX = {"run": "bench", "baseline": "baseline", "load": "bench-load", "draft-length": "draft"}
 
 
 def run_name(name: str) -> str:
@@ -98,15 +99,22 @@ def job_owner(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def _job(
-    name: str, namespace: str, role: str, owner: dict[str, Any], deadline_s: int, pod: dict[str, Any]
+    name: str,
+    namespace: str,
+    role: str,
+    owner: dict[str, Any],
+    deadline_s: int,
+    pod: dict[str, Any],
+    suffix: str = "",
 ) -> dict[str, Any]:
-    """A Job of the run that never retries and fails at ``deadline_s``; ``pod`` is its pod spec."""
+    """A Job of the run that never retries and fails at ``deadline_s``; ``pod`` is its pod spec;
+    ``suffix`` tells apart the Jobs of one role in one run."""
     meta = labels(name, role)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": child_name(name, ROLE_SUFFIX[role]), "namespace": namespace, "labels": meta,
-                     "ownerReferences": [owner]},
+        "metadata": {"name": child_name(name, ROLE_SUFFIX[role] + suffix), "namespace": namespace,
+                     "labels": meta, "ownerReferences": [owner]},
         "spec": {
             "backoffLimit": 0,
             "activeDeadlineSeconds": deadline_s,
@@ -141,16 +149,45 @@ def baseline(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The baseline Deployment and Service: the running pod template of ``speculative`` (same
     image, verifier, TP, GPUs, placement, env), its engine argv without speculation, one replica."""
-    namespace = speculative["metadata"]["namespace"]
     engine = engines.engine_for(speculative["metadata"]["labels"][children.ENGINE_LABEL])
+    return _engine_copy(speculative, name, owner, "baseline", baseline_name(name), engine.baseline_command)
+
+
+def draft_length(
+    speculative: dict[str, Any], name: str, owner: dict[str, Any], tokens: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A copy of the engine like the baseline, drafting ``tokens`` tokens at every batch size:
+    one point of the cost curve ``specdeploy bench --tokens`` measures."""
+    engine = engines.engine_for(speculative["metadata"]["labels"][children.ENGINE_LABEL])
+    return _engine_copy(
+        speculative,
+        name,
+        owner,
+        "draft-length",
+        draft_length_name(name, tokens),
+        lambda command: engine.draft_length_command(command, tokens),
+    )
+
+
+def draft_length_name(name: str, tokens: int) -> str:
+    return child_name(name, f"{ROLE_SUFFIX['draft-length']}{tokens}")
+
+
+def _engine_copy(
+    speculative: dict[str, Any],
+    name: str,
+    owner: dict[str, Any],
+    role: str,
+    instance: str,
+    command: Callable[[list[str]], list[str]],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One replica of ``speculative``'s running pod template, named ``instance``, with its engine
+    argv changed by ``command``, and a Service in front of it."""
+    namespace = speculative["metadata"]["namespace"]
     template = copy.deepcopy(speculative["spec"]["template"])
     container = _engine_container(template["spec"])
-    container["command"] = engine.baseline_command(container["command"])
-    own = {
-        **labels(name, "baseline"),
-        NAME_LABEL: "specdeploy-baseline",
-        children.INSTANCE_LABEL: baseline_name(name),
-    }
+    container["command"] = command(container["command"])
+    own = {**labels(name, role), NAME_LABEL: f"specdeploy-{role}", children.INSTANCE_LABEL: instance}
     user = {k: v for k, v in (template["metadata"].get("labels") or {}).items() if k not in OWN_LABELS}
     # Hashed before the run's own labels go on: two resources whose baselines would run the same
     # pod (one verifier, engine, image and placement; drafts differ) get the same hash.
@@ -159,7 +196,7 @@ def baseline(
     template["metadata"]["labels"] = {**user, **own}
     selector = {NAME_LABEL: own[NAME_LABEL], children.INSTANCE_LABEL: own[children.INSTANCE_LABEL]}
     metadata = {
-        "name": baseline_name(name),
+        "name": instance,
         "namespace": namespace,
         "labels": own,
         "annotations": {TEMPLATE_HASH_ANNOTATION: hashed},
@@ -198,6 +235,7 @@ def load_job(
     image: str,
     argv: list[str],
     deadline_s: int,
+    suffix: str = "",
 ) -> dict[str, Any]:
     """The load generator's Job: one pod, placed like the engines (so it reaches them as closely
     as a client in their zone would), with their hub access for the tokenizer and their API key
@@ -224,4 +262,4 @@ def load_job(
     copied = ("nodeSelector", "affinity", "tolerations", "imagePullSecrets")
     placement = {k: pod_spec[k] for k in copied if pod_spec.get(k)}
     pod = {"enableServiceLinks": False, "containers": [container], **placement}
-    return _job(name, speculative["metadata"]["namespace"], "load", owner, deadline_s, pod)
+    return _job(name, speculative["metadata"]["namespace"], "load", owner, deadline_s, pod, suffix)

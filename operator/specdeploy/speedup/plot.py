@@ -13,8 +13,9 @@ BASE_STYLE = {"color": "tab:gray", "marker": "s", "label": "baseline"}
 
 
 def plot(comparison: Comparison, title: str, path: Path) -> None:
-    """Four panels against concurrency (log scale): output tokens/s, speed-up (with the line at
-    1 below which speculation costs), TPOT p50 and TTFT p50; the format follows ``path``'s suffix.
+    """Four panels against concurrency (log scale): output tokens/s (with each draft length
+    measured besides), speed-up (with the line at 1 below which speculation costs), TPOT p50 and
+    TTFT p50; the format follows ``path``'s suffix.
 
     TPOT rather than ITL: ITL is the gap between streamed chunks, and a speculative engine sends
     several tokens per chunk, so its ITL grows exactly when it is faster per token.
@@ -36,6 +37,14 @@ def plot(comparison: Comparison, title: str, path: Path) -> None:
         ax.plot(x, [value(level.speculative) for level in levels], **SPEC_STYLE)
         ax.plot(x, [value(level.baseline) for level in levels], **BASE_STYLE)
         ax.set_ylabel(label)
+    throughput = axes[0][0]
+    for length in comparison.draft_lengths:
+        if length.tokens:
+            throughput.plot(
+                x, [r.output_tokens_per_second for r in length.results],
+                linestyle=":", marker=".", label=f"{length.tokens} draft tokens at every batch size",
+            )  # fmt: skip
+    for ax, _, _ in panels:
         ax.legend()
     speedup = axes[0][1]
     speedup.plot(x, [level.speedup for level in levels], color="tab:green", marker="o")

@@ -58,7 +58,8 @@ def table(comparison: Comparison) -> str:
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
     lines = ["   ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
-    return "\n".join([*lines, "", verdict_line(comparison)])
+    extra = ["", draft_length_table(comparison)] if comparison.draft_lengths else []
+    return "\n".join([*lines, "", verdict_line(comparison), *extra])
 
 
 def speedups(comparison: Comparison) -> str:
@@ -67,10 +68,15 @@ def speedups(comparison: Comparison) -> str:
     )
 
 
-def summary(comparison: Comparison, measured_at: datetime, load: dict[str, object]) -> str:
-    """The annotation value: compact JSON small enough to read in ``kubectl get -o yaml``."""
-    body = {
+def summary(comparison: Comparison, measured_at: datetime, load: dict[str, object], command: str) -> str:
+    """The annotation value: compact JSON small enough to read in ``kubectl get -o yaml``.
+
+    ``command``: the digest of the command the resource ran; with draft lengths measured, each
+    one's output tokens/s and tokens per verifier step by concurrency (the cost curve the
+    operator's adaptive speculation reads, ``adaptive.costs``)."""
+    body: dict[str, object] = {
         "measuredAt": measured_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "command": command,
         "speedup": {str(level.concurrency): level.speedup for level in comparison.results},
         "outputTokensPerSecond": {
             str(level.concurrency): {
@@ -82,7 +88,42 @@ def summary(comparison: Comparison, measured_at: datetime, load: dict[str, objec
         "stopsPayingAbove": comparison.stops_paying_above,
         "load": load,
     }
+    if comparison.draft_lengths:
+        body["meanLength"] = {
+            str(level.concurrency): level.acceptance.mean_length
+            for level in comparison.results
+            if level.acceptance is not None
+        }
+        body["draftLengths"] = {
+            str(length.tokens): {
+                "outputTokensPerSecond": {
+                    str(r.concurrency): r.output_tokens_per_second for r in length.results
+                },
+                "meanLength": {
+                    str(r.concurrency): r.acceptance.mean_length if r.acceptance else 1.0
+                    for r in length.results
+                    if r.acceptance is not None or length.tokens == 0
+                },
+            }
+            for length in comparison.draft_lengths
+        }
     return json.dumps(body, separators=(",", ":"))
+
+
+def draft_length_table(comparison: Comparison) -> str:
+    """Output tokens/s (and the speed-up over the baseline) of each draft length by concurrency."""
+    lengths = comparison.draft_lengths
+    rows = [("CONCURRENCY", *(f"K={length.tokens}" for length in lengths), "AS RUNNING")]
+    for index, level in enumerate(comparison.results):
+        cells = [
+            f"{length.results[index].output_tokens_per_second:.1f} ({length.results[index].speedup:.2f}x)"
+            for length in lengths
+        ]
+        running = f"{level.speculative.output_tokens_per_second:.1f} ({level.speedup:.2f}x)"
+        rows.append((str(level.concurrency), *cells, running))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["   ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    return "\n".join(["Output tokens/s by draft length (speed-up over the baseline):", *lines])
 
 
 def event(comparison: Comparison) -> tuple[str, str, str]:

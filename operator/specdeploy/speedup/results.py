@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic import Field
+
 from specdeploy.acceptance import NoSpeculationMetrics, SpecCounters, counters
 from specdeploy.api import EngineName
 from specdeploy.api.base import ApiModel
 from specdeploy.speedup.driver import MARK
-from specdeploy.speedup.load import BASELINE, SPECULATIVE
+from specdeploy.speedup.load import BASELINE, SPECULATIVE, draft_length_target
 
 # Speculation pays at a concurrency when the speculative engine delivers more output tokens per
 # second than the baseline; at or below this ratio it does not.
@@ -55,14 +57,32 @@ class Level(ApiModel):
     acceptance: MeasuredAcceptance | None
 
 
+class DraftLengthLevel(ApiModel):
+    """One draft length at one concurrency: throughput, speed-up over the baseline, acceptance."""
+
+    concurrency: int
+    output_tokens_per_second: float
+    speedup: float
+    acceptance: MeasuredAcceptance | None
+
+
+class DraftLength(ApiModel):
+    """The engine drafting ``tokens`` tokens at every batch size (0: the baseline)."""
+
+    tokens: int
+    results: list[DraftLengthLevel]
+
+
 class Comparison(ApiModel):
     """Every level, in the order run; ``paysAt`` the concurrencies where the speed-up exceeds 1;
     ``stopsPayingAbove`` the last of those before the first that does not (0 when even the lowest
-    does not), None when it pays at every level measured."""
+    does not), None when it pays at every level measured; ``draftLengths`` the static draft
+    lengths measured besides (``--tokens``), each against the same baseline."""
 
     results: list[Level]
     pays_at: list[int]
     stops_paying_above: int | None
+    draft_lengths: list[DraftLength] = Field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True)
@@ -117,16 +137,23 @@ def records(log: str) -> list[dict[str, Any]]:
     return found
 
 
-def compare(log: str, engine: EngineName, concurrencies: tuple[int, ...]) -> Comparison:
-    """The comparison the log holds; ResultsError when a run of the plan is missing."""
+def _runs(log: str, targets: tuple[str, ...], concurrencies: tuple[int, ...]) -> dict[tuple[str, int], Any]:
+    """The log's result of each target at each concurrency; ResultsError when one is missing."""
     runs = {(r["target"], int(r["concurrency"])): r for r in records(log)}
-    levels = []
     for concurrency in concurrencies:
-        missing = [t for t in (SPECULATIVE, BASELINE) if (t, concurrency) not in runs]
+        missing = [t for t in targets if (t, concurrency) not in runs]
         if missing:
             raise ResultsError(
                 f"the load Job's log has no {' or '.join(missing)} result at concurrency {concurrency}"
             )
+    return runs
+
+
+def compare(log: str, engine: EngineName, concurrencies: tuple[int, ...]) -> Comparison:
+    """The comparison the log holds; ResultsError when a run of the plan is missing."""
+    runs = _runs(log, (SPECULATIVE, BASELINE), concurrencies)
+    levels = []
+    for concurrency in concurrencies:
         spec_run, base_run = runs[(SPECULATIVE, concurrency)], runs[(BASELINE, concurrency)]
         spec, base = figures(spec_run["result"]), figures(base_run["result"])
         speedup = (
@@ -156,3 +183,36 @@ def verdict(levels: list[Level]) -> Comparison:
         before = [level.concurrency for level in ordered if level.concurrency < first_not.concurrency]
         stops = before[-1] if before else 0
     return Comparison(results=ordered, pays_at=pays, stops_paying_above=stops)
+
+
+def with_draft_lengths(comparison: Comparison, logs: dict[int, str | None], engine: EngineName) -> Comparison:
+    """``comparison`` with each draft length of ``logs`` measured against its baseline: from the
+    log of the load Job that ran the engine copy drafting that many tokens, or (None) from the
+    speculative runs when the resource itself drafts that many at every batch size; 0 is the
+    baseline itself."""
+    concurrencies = tuple(level.concurrency for level in comparison.results)
+    measured = []
+    for tokens in sorted(logs):
+        log = logs[tokens]
+        levels = []
+        runs = {} if log is None else _runs(log, (draft_length_target(tokens),), concurrencies)
+        for level in comparison.results:
+            base = level.baseline.output_tokens_per_second
+            if tokens == 0:
+                found, accepted = level.baseline, None
+            elif log is None:
+                found, accepted = level.speculative, level.acceptance
+            else:
+                run = runs[(draft_length_target(tokens), level.concurrency)]
+                found = figures(run["result"])
+                accepted = acceptance(engine, run.get("before"), run.get("after"))
+            levels.append(
+                DraftLengthLevel(
+                    concurrency=level.concurrency,
+                    output_tokens_per_second=found.output_tokens_per_second,
+                    speedup=round(found.output_tokens_per_second / base, 3) if base else 0.0,
+                    acceptance=accepted,
+                )
+            )
+        measured.append(DraftLength(tokens=tokens, results=levels))
+    return comparison.model_copy(update={"draft_lengths": measured})

@@ -23,11 +23,12 @@ from kubernetes.client.exceptions import ApiException
 from specdeploy import api, children, engines
 from specdeploy.children.labels import owner_reference
 from specdeploy.controller.kube import KubeClient
-from specdeploy.controller.pods import pod_failure, project, serving
+from specdeploy.controller.pods import command_digest, pod_failure, project, serving
+from specdeploy.engines import vllm
 from specdeploy.exitcodes import CommandFailed, ExitCode
 from specdeploy.planning.gpus import PRODUCT_LABEL
 from specdeploy.speedup import manifests
-from specdeploy.speedup.load import Load, command, plan
+from specdeploy.speedup.load import BASELINE, SPECULATIVE, Load, command, draft_length_target, targets_plan
 from specdeploy.speedup.results import Comparison
 
 EXIT_USAGE = ExitCode.BAD_INPUT
@@ -37,6 +38,7 @@ EXIT_LOAD = ExitCode.LOAD_FAILED
 EXIT_TIMEOUT = ExitCode.TIMED_OUT
 EXIT_INTERRUPTED = ExitCode.INTERRUPTED
 POLL_S = 2.0
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 PROGRESS_S = 30.0
 T = TypeVar("T")
 
@@ -55,6 +57,8 @@ class Options:
     load_image: str | None = None
     timeout: int = 3600
     schedule_timeout: int = 120
+    # Draft lengths measured besides the resource as it runs (``--tokens``; 0 is the baseline).
+    tokens: tuple[int, ...] = ()
 
 
 def say(message: str) -> None:
@@ -240,6 +244,7 @@ class Session:
         self.resource = self._resource()
         self.deployment, pod = self._serving(self.resource)
         self._fit_lengths()
+        self._check_draft_lengths()
         existing = self._read(self.kube.batch.read_namespaced_job, manifests.run_name(self.name))
         if existing is not None:
             if not (_condition(existing, "Complete") or _condition(existing, "Failed")):
@@ -347,39 +352,42 @@ class Session:
         return self._watch_pod("baseline", selector, EXIT_BASELINE, ready=True)
 
     def measure(self, speculative_pod: dict[str, Any], baseline_pod: dict[str, Any]) -> str:
-        """Run the load Job to the end; its log."""
-        engine = self.deployment["metadata"]["labels"][children.ENGINE_LABEL]
-        status = self.resource.get("status") or {}
-        spec = self.resource.get("spec") or {}
-        load = self.load
+        """Run the load Job against the baseline and the resource to the end; its log."""
+        targets = ((BASELINE, self._url(baseline_pod)), (SPECULATIVE, self._url(speculative_pod)))
+        return self._load(targets, "", "baseline then speculative")
+
+    def _url(self, pod: dict[str, Any]) -> str:
         port = next(
             p["containerPort"]
-            for c in speculative_pod["spec"]["containers"]
+            for c in pod["spec"]["containers"]
             if c["name"] == children.ENGINE_CONTAINER
             for p in c["ports"]
             if p["name"] == children.ENGINE_PORT_NAME
         )
-        driver_plan = plan(
-            load,
-            engine,
-            spec.get("servedModelName") or status["verifier"],
-            status["verifier"],
-            f"http://{speculative_pod['status']['podIP']}:{port}",
-            f"http://{baseline_pod['status']['podIP']}:{port}",
-        )
+        return f"http://{pod['status']['podIP']}:{port}"
+
+    def _load(self, targets: tuple[tuple[str, str], ...], suffix: str, order: str) -> str:
+        """Run one load Job over ``targets`` at every concurrency to the end; its log."""
+        engine = self.deployment["metadata"]["labels"][children.ENGINE_LABEL]
+        status = self.resource.get("status") or {}
+        spec = self.resource.get("spec") or {}
+        load = self.load
+        model = spec.get("servedModelName") or status["verifier"]
+        driver_plan = targets_plan(load, engine, model, status["verifier"], targets)
         assert self.run_job is not None
         remaining = max(1, int(self.deadline - time.monotonic()))
         job = manifests.load_job(
             self.deployment, self.name, manifests.job_owner(self.run_job), self._load_image(),
-            command(driver_plan), remaining,
+            command(driver_plan), remaining, suffix,
         )  # fmt: skip
         self._create_job(job)
         say(
             f"load Job {self.namespace}/{job['metadata']['name']}: {load.prompts} requests of "
             f"{load.input_len}+{load.output_len} tokens at concurrency "
-            f"{','.join(map(str, load.concurrencies))}, baseline then speculative"
+            f"{','.join(map(str, load.concurrencies))}, {order}"
         )
-        selector = job["spec"]["template"]["metadata"]["labels"]
+        # The Job controller's own label: a run's load Jobs share the run's labels.
+        selector = {**job["spec"]["template"]["metadata"]["labels"], JOB_NAME_LABEL: job["metadata"]["name"]}
         pod = self._watch_pod("load Job", selector, EXIT_LOAD, ready=False)
         log = str(
             self.kube.core.read_namespaced_pod_log(
@@ -390,6 +398,71 @@ class Session:
             tail = "\n".join(log.splitlines()[-25:])
             raise BenchError(EXIT_LOAD, f"the load Job failed; the end of its log:\n{tail}")
         return log
+
+    def command_digest(self) -> str:
+        """The digest of the command the resource ran while measured (the operator tells a
+        benchmark of what runs now from one of an earlier command by it)."""
+        return command_digest((self.resource.get("status") or {}).get("command") or [])
+
+    def _own_draft_length(self) -> int | None:
+        """The draft length the resource runs at every batch size, None when a schedule varies it."""
+        config = vllm.running_config((self.resource.get("status") or {}).get("command") or [])
+        if config is None or vllm.SCHEDULE_KEY in config:
+            return None
+        return int(config["num_speculative_tokens"])
+
+    def _check_draft_lengths(self) -> None:
+        """``--tokens`` on an engine that can run them, within the draft length the resource allocates."""
+        if not self.options.tokens:
+            return
+        engine = self.deployment["metadata"]["labels"].get(children.ENGINE_LABEL)
+        config = vllm.running_config((self.resource.get("status") or {}).get("command") or [])
+        if engine != "vllm" or config is None:
+            raise BenchError(EXIT_USAGE, f"--tokens needs a vLLM engine; {self.name} runs {engine}")
+        longest = int(config["num_speculative_tokens"])
+        over = [k for k in self.options.tokens if k > longest]
+        if over:
+            raise BenchError(
+                EXIT_USAGE,
+                f"--tokens {','.join(map(str, over))}: {self.name} drafts at most {longest} tokens "
+                "(spec.speculator.numSpeculativeTokens), and acceptance is measured per position up to that",
+            )
+
+    def measure_draft_lengths(self) -> dict[int, str | None]:
+        """Each draft length of ``--tokens``: one engine copy at a time, started, loaded and
+        removed before the next (one replica's GPUs beyond the resource's), after the baseline is
+        gone unless kept. The log of each copy's load Job; None for 0 (the baseline) and for the
+        length the resource itself drafts at every batch size, both measured already."""
+        own = self._own_draft_length()
+        logs: dict[int, str | None] = {k: None for k in self.options.tokens if k in (0, own)}
+        copies = [k for k in self.options.tokens if k not in logs]
+        if copies and self.baseline is not None and not self.options.keep_baseline:
+            self._remove(self.baseline[0]["metadata"]["name"], "the baseline")
+            self.baseline = None
+        for tokens in copies:
+            deployment, service = manifests.draft_length(
+                self.deployment, self.name, manifests.job_owner(self._anchor()), tokens
+            )
+            name = deployment["metadata"]["name"]
+            say(f"starting {self.namespace}/{name}: the engine drafting {tokens} tokens at every batch size")
+            self.kube.apply(deployment)
+            self.kube.apply(service)
+            selector = deployment["spec"]["selector"]["matchLabels"]
+            pod = self._watch_pod(f"engine drafting {tokens}", selector, EXIT_BASELINE, ready=True)
+            target = draft_length_target(tokens)
+            logs[tokens] = self._load(((target, self._url(pod)),), f"-{target}", f"drafting {tokens} tokens")
+            self._remove(name, f"the engine drafting {tokens}")
+        return logs
+
+    def _anchor(self) -> dict[str, Any]:
+        assert self.run_job is not None
+        return self.run_job
+
+    def _remove(self, name: str, what: str) -> None:
+        """Delete an engine copy of the run and wait for its pods to go, freeing its GPUs."""
+        self.kube.apps.delete_namespaced_deployment(name, self.namespace, propagation_policy="Foreground")
+        read = self.kube.apps.read_namespaced_deployment
+        self._until(f"{what} to be removed", lambda: self._gone(read, name))
 
     def record(self, summary: str, event: tuple[str, str, str]) -> None:
         """The summary annotation on the resource, and the Event."""

@@ -1,0 +1,184 @@
+"""Adaptive speculation on real engines: each static draft length against the schedule the operator applies.
+
+Starts a sandbox of its own with one engine node (three CPU engine slots: a pair, its baseline
+and one engine copy at a time) and the operator as a real process. For each tiny pair in turn
+(the partial draft, the one always right, the one always wrong) it deploys the pair, runs
+`specdeploy bench --tokens 0,1,2,3` (baseline, then each draft length at every batch size), waits
+for the operator's recommendation, sets `policy: Apply`, waits for the pair to roll out with it,
+and runs the same benchmark again: the schedule and every static length side by side in one run.
+The pair is then deleted before the next. Writes each run's JSON and a plot per pair into --out,
+prints the tables; asserts nothing. Every server is on loopback; every wait is bounded. About
+50 minutes on 2 cores.
+
+    python bench/adaptive_ab.py --out docs/images
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from engine_sandbox import EXAMPLE, engine_sandbox, kubectl
+
+from specdeploy_sandbox import tiny_models
+
+NAMESPACE = "adaptive"
+PAIRS = {
+    "tiny-partial": tiny_models.PARTIAL,
+    "tiny-accept-all": tiny_models.ACCEPT_ALL,
+    "tiny-accept-none": tiny_models.ACCEPT_NONE,
+}
+# The draft lengths measured per pair: every one where the choice depends on them; for the draft
+# that is always wrong, the baseline and the pair's own length (turning it off needs no curve).
+TOKENS = {"tiny-partial": "0,1,2,3", "tiny-accept-all": "0,1,2,3", "tiny-accept-none": "0,3"}
+# Applying K = 3 everywhere changes no command: the static run already holds it side by side.
+UNCHANGED = [{"fromBatch": 1, "tokens": 3}]
+# Judged within seconds of the benchmark's traffic rather than the default 300 s window.
+ACCEPTANCE = {"windowSeconds": 60, "minDraftTokens": 500}
+READY_TIMEOUT_S = 900.0
+DECISION_TIMEOUT_S = 180.0
+
+
+def resource(binary: Path, kubeconfig: Path, name: str) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads(
+        kubectl(binary, kubeconfig, "get", "-n", NAMESPACE, "sdep", name, "-o", "json")
+    )
+    return body
+
+
+def until(what: str, timeout: float, check: Any) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(5)
+    raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def rolled_out(binary: Path, kubeconfig: Path, name: str) -> dict[str, Any] | None:
+    """The resource once Ready on its current generation."""
+    body = resource(binary, kubeconfig, name)
+    status = body.get("status") or {}
+    ready = [c for c in status.get("conditions") or [] if c["type"] == "Ready"]
+    current = status.get("observedGeneration") == body["metadata"]["generation"]
+    return (
+        body if current and ready and ready[0]["status"] == "True" and ready[0]["reason"] == "Ready" else None
+    )
+
+
+def bench(kubeconfig: Path, name: str, out: Path, load: list[str], tag: str) -> dict[str, Any]:
+    argv = [
+        sys.executable,
+        "-m",
+        "specdeploy",
+        "bench",
+        name,
+        "-n",
+        NAMESPACE,
+        *load,
+        "--tokens",
+        TOKENS[name],
+    ]
+    argv += ["--keep-baseline", "--output", "json", "--plot", str(out / f"adaptive-{name}-{tag}.png")]
+    started = time.monotonic()
+    done = subprocess.run(
+        argv, capture_output=True, text=True, timeout=5400, check=False,
+        env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(f"specdeploy bench {name} exited {done.returncode}:\n{done.stderr}")
+    body: dict[str, Any] = json.loads(done.stdout)
+    body["seconds"] = round(time.monotonic() - started, 1)
+    (out / f"adaptive-{name}-{tag}.json").write_text(json.dumps(body, indent=2) + "\n")
+    return body
+
+
+def show(name: str, tag: str, body: dict[str, Any], speculation: dict[str, Any]) -> None:
+    print(f"\n{name} ({tag}), {body['seconds']} s; running: {speculation.get('appliedSchedule')}")
+    lengths = {length["tokens"]: length["results"] for length in body["draftLengths"]}
+    for index, level in enumerate(body["results"]):
+        cells = "  ".join(
+            f"K={k}: {lengths[k][index]['outputTokensPerSecond']:7.1f}" for k in sorted(lengths)
+        )
+        best = max(lengths[k][index]["outputTokensPerSecond"] for k in lengths)
+        running = level["speculative"]["outputTokensPerSecond"]
+        print(
+            f"  concurrency {level['concurrency']:>3}: {cells}  running: {running:7.1f} "
+            f"({running / best:.2f}x the best of them, {level['speedup']:.2f}x the baseline)"
+        )
+
+
+def run_pair(binary: Path, kubeconfig: Path, name: str, draft: str, out: Path, load: list[str]) -> None:
+    body = yaml.safe_load(EXAMPLE.read_text())
+    body["metadata"]["name"] = name
+    body["spec"]["speculator"]["model"] = draft
+    body["spec"]["acceptance"] = ACCEPTANCE
+    kubectl(binary, kubeconfig, "apply", "-n", NAMESPACE, "-f", "-", stdin=yaml.safe_dump(body))
+    until(f"{name} to be Ready", READY_TIMEOUT_S, lambda: rolled_out(binary, kubeconfig, name))
+    static = bench(kubeconfig, name, out, load, "static")
+
+    def decided() -> dict[str, Any] | None:
+        found = resource(binary, kubeconfig, name)["status"].get("speculation") or {}
+        return found if found.get("reason") in ("Recommended", "SpeculationIneffective") else None
+
+    recommendation = until(f"the recommendation for {name}", DECISION_TIMEOUT_S, decided)
+    show(name, "static", static, recommendation)
+    print(f"  recommended: {recommendation['recommendedSchedule']} ({recommendation['reason']})")
+    patch = {"spec": {"speculator": {"adaptive": {"policy": "Apply"}}}}
+    kubectl(
+        binary, kubeconfig, "patch", "-n", NAMESPACE, "sdep", name, "--type=merge", "-p", json.dumps(patch)
+    )
+
+    def applied() -> dict[str, Any] | None:
+        found = rolled_out(binary, kubeconfig, name)
+        speculation = (found or {}).get("status", {}).get("speculation") or {}
+        return found if speculation.get("appliedSchedule") else None
+
+    until(f"{name} to roll out the applied schedule", READY_TIMEOUT_S, applied)
+    speculation = resource(binary, kubeconfig, name)["status"]["speculation"]
+    if [
+        {k: v for k, v in r.items() if k != "expectedSpeedup"} for r in speculation["appliedSchedule"]
+    ] != UNCHANGED:
+        time.sleep(10)  # the rolled-out Deployment's pods settle before the measured run
+        side_by_side = bench(kubeconfig, name, out, load, "applied")
+        speculation = resource(binary, kubeconfig, name)["status"]["speculation"]
+        show(name, "applied", side_by_side, speculation)
+    else:
+        print(f"  applied {UNCHANGED}: the command is unchanged, measured above as K=3")
+    (out / f"adaptive-{name}-status.json").write_text(json.dumps(speculation, indent=2) + "\n")
+    kubectl(binary, kubeconfig, "delete", "-n", NAMESPACE, "sdep", name, "--wait=true", "--timeout=300s")
+    kubectl(
+        binary, kubeconfig, "delete", "-n", NAMESPACE, "deployment", "--all", "--wait=true", "--timeout=300s"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("bench-out"), help="where plots and JSON go")
+    parser.add_argument("--pairs", default=",".join(PAIRS), help="which pairs, in order")
+    parser.add_argument("--concurrency", default="1,2,4,8,16")
+    parser.add_argument("--prompts", default="16")
+    parser.add_argument("--input-len", default="32")
+    parser.add_argument("--output-len", default="64")
+    args = parser.parse_args()
+    load = ["--concurrency", args.concurrency, "--prompts", args.prompts]
+    load += ["--input-len", args.input_len, "--output-len", args.output_len]
+    args.out.mkdir(parents=True, exist_ok=True)
+    # Three engine slots: a pair, its baseline and one engine copy at a time.
+    with engine_sandbox("bench-adaptive", 3, ("--acceptance-interval", "10")) as (binary, kubeconfig):
+        kubectl(binary, kubeconfig, "create", "namespace", NAMESPACE)
+        for name in args.pairs.split(","):
+            run_pair(binary, kubeconfig, name, PAIRS[name], args.out, load)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
