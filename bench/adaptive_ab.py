@@ -37,7 +37,7 @@ PAIRS = {
 }
 # The draft lengths measured per pair: every one where the choice depends on them; for the draft
 # that is always wrong, the baseline and the pair's own length (turning it off needs no curve).
-TOKENS = {"tiny-partial": "0,1,2,3", "tiny-accept-all": "0,1,2,3", "tiny-accept-none": "0,3"}
+TOKENS = {"tiny-partial": "0,1,2,3", "tiny-accept-all": "0,3", "tiny-accept-none": "0,3"}
 # Applying K = 3 everywhere changes no command: the static run already holds it side by side.
 UNCHANGED = [{"fromBatch": 1, "tokens": 3}]
 # Judged within seconds of the benchmark's traffic rather than the default 300 s window.
@@ -64,14 +64,15 @@ def until(what: str, timeout: float, check: Any) -> Any:
 
 
 def rolled_out(binary: Path, kubeconfig: Path, name: str) -> dict[str, Any] | None:
-    """The resource once Ready on its current generation."""
+    """The resource once its current generation has rolled out: Ready, and no rollout under way
+    (an old pod keeps a resource Ready while its replacement starts)."""
     body = resource(binary, kubeconfig, name)
     status = body.get("status") or {}
-    ready = [c for c in status.get("conditions") or [] if c["type"] == "Ready"]
+    found = {c["type"]: c for c in status.get("conditions") or []}
     current = status.get("observedGeneration") == body["metadata"]["generation"]
-    return (
-        body if current and ready and ready[0]["status"] == "True" and ready[0]["reason"] == "Ready" else None
-    )
+    ready = found.get("Ready", {}).get("status") == "True"
+    done = found.get("Progressing", {}).get("reason") == "RolloutComplete"
+    return body if current and ready and done else None
 
 
 def bench(kubeconfig: Path, name: str, out: Path, load: list[str], tag: str) -> dict[str, Any]:

@@ -314,12 +314,11 @@ def test_apply_turns_the_accept_none_pair_off_and_it_serves_as_fast_as_the_basel
         config = json.loads(
             body["status"]["command"][body["status"]["command"].index("--speculative-config") + 1]
         )
-        ready = condition(body, "Ready")
         off = config.get("num_speculative_tokens_per_batch_size") == [[1, 65536, 0]]
         current = body["status"].get("observedGeneration") == body["metadata"]["generation"]
-        return (
-            body if off and current and ready.get("reason") == "Ready" and ready["status"] == "True" else None
-        )
+        # Ready alone would hold while the old pod serves and its replacement starts.
+        done = condition(body, "Progressing").get("reason") == "RolloutComplete"
+        return body if off and current and done and condition(body, "Ready").get("status") == "True" else None
 
     body = wait(rolled_out, 600, "the accept-none pair to roll out with speculation off")
     speculation = body["status"]["speculation"]
