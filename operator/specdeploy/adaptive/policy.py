@@ -8,7 +8,6 @@ and :func:`due` tells the engine metrics reader when a pass is owed to a guard r
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -30,9 +29,6 @@ APPLIED = "SpeculationScheduleApplied"
 REVERTED = "SpeculationScheduleReverted"
 PROBING = "SpeculationProbe"
 RECOMMENDATION = "SpeculationRecommended"
-# How far acceptance at the first position may fall under a new schedule before it reverts: this
-# much, or twice the figure's sampling noise when that is larger.
-FIRST_POSITION_DROP = 0.05
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 # The longest wait between probes, in probeIntervalSeconds.
 PROBE_BACKOFF_CAP = 32
@@ -203,18 +199,41 @@ def _recommend(
     )
 
 
-def _first_position_fell(figures: api.Acceptance | None, basis: api.SpeculationBasis | None) -> str | None:
-    """Why acceptance measured under the running schedule shows it was worse, if it does."""
-    if figures is None or basis is None or not figures.per_position or not basis.per_position:
+def _acceptance_worse(
+    figures: api.Acceptance | None,
+    basis: api.SpeculationBasis | None,
+    curve: CostCurve | None,
+    running: Sequence[Range],
+    previous: Sequence[Range],
+    min_gain: float,
+) -> str | None:
+    """Why the acceptance measured under the running schedule says the previous one would serve
+    more, if it does. Only the first position is exact under a schedule (a draft of one token is
+    a draft too), so the basis is scaled to it; acceptance that moves with the traffic alone
+    moves both schedules' expectations and reverts nothing."""
+    if (
+        figures is None
+        or basis is None
+        or curve is None
+        or not figures.per_position
+        or not basis.per_position
+    ):
         return None
     before, now = float(basis.per_position[0]), float(figures.per_position[0])
-    noise = 2 * math.sqrt(max(before * (1 - before), 0.0) / max(figures.drafts, 1))
-    if now >= before - max(FIRST_POSITION_DROP, noise):
+    if before <= 0:
         return None
-    return (
-        f"acceptance at the first draft position fell from {basis.per_position[0]} to "
-        f"{figures.per_position[0]} ({figures.drafts} drafts, measured {figures.measured_at})"
-    )
+    profile = [min(1.0, float(a) * now / before) for a in basis.per_position]
+    for i, (new, old) in enumerate(
+        zip(predicted(curve, profile, running), predicted(curve, profile, previous), strict=True)
+    ):
+        if new is not None and old is not None and old > (1 + min_gain) * new:
+            return (
+                f"acceptance at the first draft position is {figures.per_position[0]} since the change "
+                f"({figures.drafts} drafts, measured {figures.measured_at}; {basis.per_position[0]} before), "
+                f"at which the previous schedule is expected to serve {old / new - 1:.0%} more at "
+                f"concurrency {curve.concurrencies[i]}"
+            )
+    return None
 
 
 def _benchmark_worse(
@@ -327,8 +346,8 @@ def _apply(
     message = speculation.message
     worse = None
     if previous is not None:
-        worse = _first_position_fell(
-            figures, stored.basis if stored is not None else None
+        worse = _acceptance_worse(
+            figures, stored.basis if stored is not None else None, curve, running, previous, adaptive.min_gain
         ) or _benchmark_worse(curve, command, applied_at, previous, adaptive.min_gain)
     if worse is not None and previous is not None:
         notices.append(("Warning", REVERTED, f"back to {_described(previous)} draft tokens: {worse}"))
