@@ -304,17 +304,14 @@ def test_apply_turns_the_accept_none_pair_off_and_it_serves_as_fast_as_the_basel
     pairs: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor
 ) -> None:
     """policy Apply on the pair judged LowAcceptance: the operator turns speculation off at every
-    batch size without a benchmark, the engine rolls to that command, and the same benchmark
-    (against the same kept baseline) measures it at the baseline's speed, with no draft made."""
+    batch size without a benchmark, the engine rolls to the verifier served without its draft, and
+    the same benchmark (against the same kept baseline) measures it at the baseline's speed."""
     patch = {"spec": {"speculator": {"adaptive": {"policy": "Apply"}}}}
     k("patch", "-n", NS, "sdep", NONE, "--type=merge", "-p", json.dumps(patch))
 
     def rolled_out() -> dict[str, Any] | None:
         body = get(k, NS, "sdep", NONE)
-        config = json.loads(
-            body["status"]["command"][body["status"]["command"].index("--speculative-config") + 1]
-        )
-        off = config.get("num_speculative_tokens_per_batch_size") == [[1, 65536, 0]]
+        off = "--speculative-config" not in body["status"]["command"]
         current = body["status"].get("observedGeneration") == body["metadata"]["generation"]
         # Ready alone would hold while the old pod serves and its replacement starts.
         done = condition(body, "Progressing").get("reason") == "RolloutComplete"
@@ -328,14 +325,16 @@ def test_apply_turns_the_accept_none_pair_off_and_it_serves_as_fast_as_the_basel
     assert speculation["turnedOff"] == 1
     applied = wait(lambda: events(k, NS, NONE, "SpeculationScheduleApplied"), 30, "the Applied Event")
     assert applied[0]["type"] == "Normal"
+    assert condition(body, "SpeculationEffective")["reason"] == "SpeculationOff"
 
     done = _bench(engine_sandbox, NONE, *MEASURED_LOAD, "--output", "json", "--keep-baseline")
     measured = _measured(done)
     assert f"reusing the kept baseline {NS}/{manifests.baseline_name(NONE)}" in done.stderr
     for level in measured["results"]:
-        # 0.42x-0.73x with three draft tokens; the same engine without drafting is the baseline.
+        # 0.42x-0.73x with three draft tokens; without the draft it is the baseline's very command
+        # (0.83x at concurrency 1 with the draft loaded and drafting nothing, the first attempt).
         assert level["speedup"] >= 0.85, _figures(level)
-        assert level["acceptance"] is None  # no draft made in the run
+        assert level["acceptance"] is None  # no speculation counters at all
     MEASURED["off"] = measured
 
 

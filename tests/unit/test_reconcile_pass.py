@@ -1033,7 +1033,8 @@ def test_apply_turns_a_low_acceptance_pair_off_in_one_pass_then_writes_nothing(h
     harness.view.resources[KEY] = with_status(harness.view.resources[KEY], {"acceptance": figures}, "14")
     assert harness.run() == "converged"
     deployment = applied(harness.kube, "Deployment")
-    assert '"num_speculative_tokens_per_batch_size":[[1,65536,0]]' in " ".join(command(deployment))
+    # No draft at any batch size: served without the speculator at all.
+    assert "--speculative-config" not in command(deployment)
     # A rollout like any spec change's: spec.rollout's NoSurge (one pod down at a time).
     assert deployment["spec"]["strategy"] == {
         "type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}
@@ -1042,6 +1043,8 @@ def test_apply_turns_a_low_acceptance_pair_off_in_one_pass_then_writes_nothing(h
     assert written["command"] == command(deployment)
     assert written["speculation"]["appliedSchedule"] == [{"fromBatch": 1, "tokens": 0}]
     assert written["speculation"]["reason"] == "SpeculationIneffective"
+    effective = next(c for c in written["conditions"] if c["type"] == "SpeculationEffective")
+    assert (effective["status"], effective["reason"]) == ("Unknown", "SpeculationOff")
     assert ("Normal", "SpeculationScheduleApplied") in harness.events.reasons()
 
     harness.view.deployments[KEY] = stored(deployment, "15")

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from specdeploy import acceptance, api
+from specdeploy import acceptance, api, engines
 from specdeploy.api import Acceptance, Condition
 from specdeploy.controller import conditions, diffing
 from specdeploy.controller.pods import PodView, command_digest, first_failure, serving
@@ -24,6 +24,7 @@ from specdeploy.pipeline import LWS_MISSING, Desired
 # (the Deployment holds them live): they never cause a status write of their own, and ride along
 # with the next one (readyReplicas, a condition, the plan). docs/api.md lists every status write.
 RIDE_ALONG = frozenset({"replicas", "updatedReplicas"})
+SPECULATION_OFF = "SpeculationOff"
 
 
 def _cond(type_: str, status: api.ConditionStatus, reason: str, message: str) -> Condition:
@@ -147,6 +148,19 @@ def speculation(
     previous = _stored_condition(current) if same_command else None
     if reading is not None and reading.command != command_digest(command):
         reading = None  # read from the pods of another command: nothing about this one
+    engine = ((body.get("spec") or {}).get("engine") or {}).get("name") or "vllm"
+    if (
+        command
+        and engine in engines.ENGINES
+        and engines.engine_for(engine).baseline_command(command) == list(command)
+    ):
+        return None, Condition(
+            type=api.SPECULATION_EFFECTIVE,
+            status="Unknown",
+            reason=SPECULATION_OFF,
+            message="the engines run without a speculator: adaptive speculation turned it off at every "
+            "batch size (status.speculation)",
+        )
     return acceptance.judge(stored, reading, serving_pods, acceptance_policy(body), previous)
 
 

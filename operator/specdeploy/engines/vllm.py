@@ -91,6 +91,14 @@ def speculative_config(spec: api.SpeculativeDeploymentSpec) -> dict[str, Any]:
     return config
 
 
+def drafts_nothing(spec: api.SpeculativeDeploymentSpec) -> bool:
+    """A schedule of no draft at any batch size: served without ``--speculative-config`` at all.
+    With the draft loaded, vLLM keeps the draft's cache current on every token even when it drafts
+    nothing (measured on CPU: 0.83x the baseline at concurrency 1); without, it is the baseline."""
+    schedule = spec.speculator.schedule if spec.speculator is not None else None
+    return bool(schedule) and all(entry.tokens == 0 for entry in schedule or ())
+
+
 def running_config(command: Sequence[str]) -> dict[str, Any] | None:
     """The ``--speculative-config`` object of a command the operator rendered; None without one."""
     argv = list(command)
@@ -120,14 +128,16 @@ class VllmEngine:
         (``--nnodes``, its ``--node-rank``, the leader as ``--master-addr``); pods other than the
         leader run ``--headless``: engine workers without an API server.
         """
-        config = json.dumps(speculative_config(spec), separators=(",", ":"))
         cmd = [
-            "vllm", "serve", verifier_model(spec),
-            "--tensor-parallel-size", str(tensor_parallel_size(spec)),
-            SPECULATIVE_CONFIG, config,
-            "--port", str(PORT),
-            "--host", HOST,
-        ]  # fmt: skip
+            "vllm",
+            "serve",
+            verifier_model(spec),
+            "--tensor-parallel-size",
+            str(tensor_parallel_size(spec)),
+        ]
+        if not drafts_nothing(spec):
+            cmd += [SPECULATIVE_CONFIG, json.dumps(speculative_config(spec), separators=(",", ":"))]
+        cmd += ["--port", str(PORT), "--host", HOST]
         if pipeline_parallel_size(spec) > 1:
             cmd += ["--pipeline-parallel-size", str(pipeline_parallel_size(spec))]
         if spec.verifier is not None and spec.verifier.revision is not None:
