@@ -17,15 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
-from engine_sandbox import EXAMPLE, engine_sandbox, kubectl
+from engine_sandbox import EXAMPLE, engine_sandbox, kubectl, run_bench
 
 from specdeploy_sandbox import tiny_models
 
@@ -76,30 +74,9 @@ def rolled_out(binary: Path, kubeconfig: Path, name: str) -> dict[str, Any] | No
 
 
 def bench(kubeconfig: Path, name: str, out: Path, load: list[str], tag: str) -> dict[str, Any]:
-    argv = [
-        sys.executable,
-        "-m",
-        "specdeploy",
-        "bench",
-        name,
-        "-n",
-        NAMESPACE,
-        *load,
-        "--tokens",
-        TOKENS[name],
-    ]
-    argv += ["--keep-baseline", "--output", "json", "--plot", str(out / f"adaptive-{name}-{tag}.png")]
-    started = time.monotonic()
-    done = subprocess.run(
-        argv, capture_output=True, text=True, timeout=5400, check=False,
-        env={**os.environ, "KUBECONFIG": str(kubeconfig)},
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise SystemExit(f"specdeploy bench {name} exited {done.returncode}:\n{done.stderr}")
-    body: dict[str, Any] = json.loads(done.stdout)
-    body["seconds"] = round(time.monotonic() - started, 1)
-    (out / f"adaptive-{name}-{tag}.json").write_text(json.dumps(body, indent=2) + "\n")
-    return body
+    argv = [name, "-n", NAMESPACE, *load, "--tokens", TOKENS[name], "--keep-baseline"]
+    argv += ["--plot", str(out / f"adaptive-{name}-{tag}.png")]
+    return run_bench(kubeconfig, argv, out / f"adaptive-{name}-{tag}.json", 5400)
 
 
 def show(name: str, tag: str, body: dict[str, Any], speculation: dict[str, Any]) -> None:

@@ -6,12 +6,16 @@ Shared by ``speculation_ab.py`` and ``adaptive_ab.py``. Every server is on loopb
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from specdeploy_sandbox.binaries import ensure_kubectl
 from specdeploy_sandbox.cluster import Sandbox
@@ -80,3 +84,20 @@ def engine_sandbox(name: str, slots: int, operator_args: tuple[str, ...] = ()) -
                 operator.stop()
                 print(f"\n--- operator log (tail) ---\n{operator.log_tail()}")
             sandbox.down()
+
+
+def run_bench(kubeconfig: Path, argv: list[str], result: Path, timeout: float) -> dict[str, Any]:
+    """``specdeploy bench ARGV --output json``; its report (with the seconds it took) written to
+    ``result`` and returned. SystemExit with its stderr when it fails."""
+    command = [sys.executable, "-m", "specdeploy", "bench", *argv, "--output", "json"]
+    started = time.monotonic()
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=timeout, check=False,
+        env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(f"specdeploy bench {argv[0]} exited {done.returncode}:\n{done.stderr}")
+    body: dict[str, Any] = json.loads(done.stdout)
+    body["seconds"] = round(time.monotonic() - started, 1)
+    result.write_text(json.dumps(body, indent=2) + "\n")
+    return body

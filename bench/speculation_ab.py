@@ -12,16 +12,13 @@ asserts nothing. Every server is on loopback; every wait is bounded. About 10 mi
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
-from engine_sandbox import EXAMPLE, engine_sandbox, kubectl
+from engine_sandbox import EXAMPLE, engine_sandbox, kubectl, run_bench
 
 from specdeploy_sandbox import tiny_models
 
@@ -50,19 +47,8 @@ def deploy(binary: Path, kubeconfig: Path) -> None:
 
 
 def bench(kubeconfig: Path, name: str, out: Path, load: list[str]) -> dict[str, Any]:
-    argv = [sys.executable, "-m", "specdeploy", "bench", name, "-n", NAMESPACE, *load]
-    argv += ["--output", "json", "--plot", str(out / f"bench-{name}.png")]
-    started = time.monotonic()
-    done = subprocess.run(
-        argv, capture_output=True, text=True, timeout=3600, check=False,
-        env={**os.environ, "KUBECONFIG": str(kubeconfig)},
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise SystemExit(f"specdeploy bench {name} exited {done.returncode}:\n{done.stderr}")
-    body: dict[str, Any] = json.loads(done.stdout)
-    body["seconds"] = round(time.monotonic() - started, 1)
-    (out / f"bench-{name}.json").write_text(json.dumps(body, indent=2) + "\n")
-    return body
+    argv = [name, "-n", NAMESPACE, *load, "--plot", str(out / f"bench-{name}.png")]
+    return run_bench(kubeconfig, argv, out / f"bench-{name}.json", 3600)
 
 
 def main() -> int:
