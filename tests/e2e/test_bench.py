@@ -327,14 +327,19 @@ def test_apply_turns_the_accept_none_pair_off_and_it_serves_as_fast_as_the_basel
     assert applied[0]["type"] == "Normal"
     assert condition(body, "SpeculationEffective")["reason"] == "SpeculationOff"
 
+    # Off is the baseline's very engine: the same command the kept baseline runs.
+    baseline = manifests.baseline_name(NONE)
+    [kept] = get(k, NS, "deployment", baseline)["spec"]["template"]["spec"]["containers"]
+    assert body["status"]["command"] == kept["command"]
     done = _bench(engine_sandbox, NONE, *MEASURED_LOAD, "--output", "json", "--keep-baseline")
     measured = _measured(done)
-    assert f"reusing the kept baseline {NS}/{manifests.baseline_name(NONE)}" in done.stderr
+    assert f"reusing the kept baseline {NS}/{baseline}" in done.stderr
     for level in measured["results"]:
-        # 0.42x-0.73x with three draft tokens; without the draft it is the baseline's very command
-        # (0.83x at concurrency 1 with the draft loaded and drafting nothing, the first attempt).
-        assert level["speedup"] >= 0.85, _figures(level)
-        assert level["acceptance"] is None  # no speculation counters at all
+        # Two copies of one engine, measured one after the other on a shared 2-core machine: the
+        # speed-up is noise around 1 (0.78x and above seen), so it is reported, not asserted.
+        assert level["acceptance"] is None, _figures(level)  # no speculation counters at all
+        for side in ("speculative", "baseline"):
+            assert (level[side]["completed"], level[side]["failed"]) == (MEASURED_PROMPTS, 0)
     MEASURED["off"] = measured
 
 
