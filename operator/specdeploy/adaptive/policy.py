@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -35,7 +35,7 @@ PROBE_BACKOFF_CAP = 32
 # How a message says a recommendation waits for minIntervalSeconds (``due`` looks for it).
 HELD = "applied no sooner than spec.speculator.adaptive.minIntervalSeconds"
 
-Notice = tuple[str, str, str]
+Notice = tuple[Literal["Normal", "Warning"], str, str]
 
 
 @dataclass(frozen=True)

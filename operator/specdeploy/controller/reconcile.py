@@ -278,7 +278,7 @@ class Reconciler:
             await self._post(body, notice)
         if new_status is not None and decision is not None:
             for type_, reason, message in decision.notices:
-                await self._post(body, events.Notice(type_, reason, message))  # type: ignore[arg-type]
+                await self._post(body, events.Notice(type_, reason, message))
         if desired.retry:
             return "retry"
         return "blocked" if desired.blocked else "converged"
