@@ -146,9 +146,18 @@ def test_a_multi_node_resource_runs_as_a_group_scales_and_is_repaired(
     )
     assert sorted(p["spec"]["nodeName"] for p in pods) == sorted(h100_pool)
 
-    worker = next(p for p in pods if p["metadata"]["labels"][ROLE_LABEL] == "worker")
-    kubectl("delete", "pod", worker["metadata"]["name"], "--wait=false", namespace=namespace)
-    old = {p["metadata"]["uid"] for p in pods}
+    # The group controller may replace a pod between the listing and the delete (seen once under
+    # load: the delete found no such pod), so the worker deleted is one that still existed.
+    def deleted_worker() -> set[str] | None:
+        current = ready_pods(group_pods(kubectl, namespace, name))
+        if len(current) != 4:
+            return None
+        worker = next(p for p in current if p["metadata"]["labels"][ROLE_LABEL] == "worker")
+        pod = worker["metadata"]["name"]
+        deleted = kubectl.run("delete", "pod", pod, "--wait=false", namespace=namespace)
+        return {p["metadata"]["uid"] for p in current} if deleted.returncode == 0 else None
+
+    old = wait_for(deleted_worker, 30, "a worker pod deleted")
 
     def repaired() -> bool:
         current = ready_pods(group_pods(kubectl, namespace, name))
