@@ -73,20 +73,33 @@ def rolled_out(binary: Path, kubeconfig: Path, name: str) -> dict[str, Any] | No
     return body if current and ready and done else None
 
 
-def bench(kubeconfig: Path, name: str, out: Path, load: list[str], tag: str) -> dict[str, Any]:
-    argv = [name, "-n", NAMESPACE, *load, "--tokens", TOKENS[name], "--keep-baseline"]
+def bench(
+    binary: Path, kubeconfig: Path, name: str, out: Path, load: list[str], tag: str, tokens: str | None
+) -> dict[str, Any]:
+    """One ``specdeploy bench`` of the pair against its kept baseline, with the static draft
+    lengths ``tokens`` beside it (none for a pair turned off: its command drafts nothing to vary).
+    When it fails, the namespace's Events and the pair's ``status.speculation`` are printed first:
+    the sandbox, and the operator's log with it, is gone once the script ends."""
+    argv = [name, "-n", NAMESPACE, *load, "--keep-baseline"]
+    argv += ["--tokens", tokens] if tokens else []
     argv += ["--plot", str(out / f"adaptive-{name}-{tag}.png")]
-    return run_bench(kubeconfig, argv, out / f"adaptive-{name}-{tag}.json", 5400)
+    try:
+        return run_bench(kubeconfig, argv, out / f"adaptive-{name}-{tag}.json", 5400)
+    except SystemExit:
+        print(kubectl(binary, kubeconfig, "get", "events", "-n", NAMESPACE, "--sort-by=.lastTimestamp"))
+        speculation = resource(binary, kubeconfig, name).get("status", {}).get("speculation")
+        print(json.dumps(speculation, indent=2))
+        raise
 
 
 def show(name: str, tag: str, body: dict[str, Any], speculation: dict[str, Any]) -> None:
     print(f"\n{name} ({tag}), {body['seconds']} s; running: {speculation.get('appliedSchedule')}")
-    lengths = {length["tokens"]: length["results"] for length in body["draftLengths"]}
+    lengths = {length["tokens"]: length["results"] for length in body.get("draftLengths") or []}
     for index, level in enumerate(body["results"]):
-        cells = "  ".join(
-            f"K={k}: {lengths[k][index]['outputTokensPerSecond']:7.1f}" for k in sorted(lengths)
-        )
-        best = max(lengths[k][index]["outputTokensPerSecond"] for k in lengths)
+        static = {k: lengths[k][index]["outputTokensPerSecond"] for k in lengths}
+        static = static or {0: level["baseline"]["outputTokensPerSecond"]}
+        cells = "  ".join(f"K={k}: {static[k]:7.1f}" for k in sorted(static))
+        best = max(static.values())
         running = level["speculative"]["outputTokensPerSecond"]
         print(
             f"  concurrency {level['concurrency']:>3}: {cells}  running: {running:7.1f} "
@@ -101,7 +114,7 @@ def run_pair(binary: Path, kubeconfig: Path, name: str, draft: str, out: Path, l
     body["spec"]["acceptance"] = ACCEPTANCE
     kubectl(binary, kubeconfig, "apply", "-n", NAMESPACE, "-f", "-", stdin=yaml.safe_dump(body))
     until(f"{name} to be Ready", READY_TIMEOUT_S, lambda: rolled_out(binary, kubeconfig, name))
-    static = bench(kubeconfig, name, out, load, "static")
+    static = bench(binary, kubeconfig, name, out, load, "static", TOKENS[name])
 
     def decided() -> dict[str, Any] | None:
         found = resource(binary, kubeconfig, name)["status"].get("speculation") or {}
@@ -126,7 +139,8 @@ def run_pair(binary: Path, kubeconfig: Path, name: str, draft: str, out: Path, l
         {k: v for k, v in r.items() if k != "expectedSpeedup"} for r in speculation["appliedSchedule"]
     ] != UNCHANGED:
         time.sleep(10)  # the rolled-out Deployment's pods settle before the measured run
-        side_by_side = bench(kubeconfig, name, out, load, "applied")
+        off = all(r["tokens"] == 0 for r in speculation["appliedSchedule"])
+        side_by_side = bench(binary, kubeconfig, name, out, load, "applied", None if off else TOKENS[name])
         speculation = resource(binary, kubeconfig, name)["status"]["speculation"]
         show(name, "applied", side_by_side, speculation)
     else:

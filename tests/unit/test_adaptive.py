@@ -308,6 +308,33 @@ def test_a_benchmark_of_the_running_schedule_that_measures_worse_reverts() -> No
     assert kept.speculation is not None and tokens(kept.speculation.applied_schedule) == SCHEDULE
 
 
+def test_a_benchmark_reverts_only_beyond_its_own_noise_where_the_schedules_differ() -> None:
+    """Seen in the sandbox: a schedule that drafted as before at concurrency 8 measured 0.87x of
+    the static copy drafting the same there (one command measured twice), and was reverted on it.
+    Where the two schedules draft the same nothing is compared; that gap is the run's noise."""
+    stored = applied([(1, None, 3)], SCHEDULE)
+
+    def after(running: tuple[float, ...]) -> api.Speculation | None:
+        rerun = adaptive.parse(annotation(measured_at="2026-12-07T12:30:00Z", command="c1", running=running))
+        return adaptive.decide(
+            spec_of(), body_with(stored), None, rerun, "c1", T0 + timedelta(hours=1)
+        ).speculation
+
+    # At concurrency 1 both schedules draft 3 tokens: 40 against 48 there is noise, not a verdict.
+    same = after((40.0, 100.0, 200.0))
+    assert same is not None and tokens(same.applied_schedule) == SCHEDULE and same.rejected_schedule is None
+    # A noise of 25% there (60 against 48) hides a 10% deficit where they differ (90 against 100)...
+    noisy = after((60.0, 90.0, 200.0))
+    assert noisy is not None and tokens(noisy.applied_schedule) == SCHEDULE
+    # ...but not one beyond it.
+    worse = after((60.0, 70.0, 200.0))
+    assert worse is not None and tokens(worse.applied_schedule) == [(1, None, 3)]
+    assert (
+        "70 output tokens/s at concurrency 4 against 100 drafting 3 there as before, beyond the "
+        "run's own noise of 25%" in worse.message
+    )
+
+
 POOR = ["0.05", "0.03", "0.02"]
 GOOD = ["0.90", "0.80", "0.70"]
 

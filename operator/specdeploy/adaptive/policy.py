@@ -237,20 +237,36 @@ def _acceptance_worse(
 
 
 def _benchmark_worse(
-    curve: CostCurve | None, command: str, applied_at: str | None, previous: Sequence[Range], min_gain: float
+    curve: CostCurve | None,
+    command: str,
+    applied_at: str | None,
+    running: Sequence[Range],
+    previous: Sequence[Range],
+    min_gain: float,
 ) -> str | None:
-    """Why a benchmark of the running schedule shows it was worse than the previous one, if it does."""
+    """Why a benchmark of the running schedule shows it was worse than the previous one, if it
+    does. Only concurrencies where the two draft differently are compared: elsewhere the run
+    measured one draft length twice (the pair and its static copy), and how far those figures
+    differ is the run's own noise, which a deficit must exceed as well as ``minGain``."""
     if curve is None or curve.command != command or applied_at is None or curve.measured_at <= applied_at:
         return None
+    noise, compared = 0.0, []
     for i, concurrency in enumerate(curve.concurrencies):
-        tokens = tokens_at(previous, concurrency)
-        if tokens not in curve.throughput:
+        now, before = tokens_at(running, concurrency), tokens_at(previous, concurrency)
+        if before not in curve.throughput:
             continue
-        before = curve.throughput[tokens][i]
-        if curve.running[i] < (1 - min_gain) * before:
+        if before == now:
+            noise = max(noise, abs(1 - curve.running[i] / curve.throughput[now][i]))
+        else:
+            compared.append((i, concurrency, before))
+    margin = max(min_gain, noise)
+    for i, concurrency, tokens in compared:
+        previously = curve.throughput[tokens][i]
+        if curve.running[i] < (1 - margin) * previously:
             return (
                 f"the benchmark of {curve.measured_at} measured {curve.running[i]:g} output tokens/s at "
-                f"concurrency {concurrency} against {before:g} drafting {tokens} there as before"
+                f"concurrency {concurrency} against {previously:g} drafting {tokens} there as before, "
+                f"beyond the run's own noise of {noise:.0%}"
             )
     return None
 
@@ -348,7 +364,7 @@ def _apply(
     if previous is not None:
         worse = _acceptance_worse(
             figures, stored.basis if stored is not None else None, curve, running, previous, adaptive.min_gain
-        ) or _benchmark_worse(curve, command, applied_at, previous, adaptive.min_gain)
+        ) or _benchmark_worse(curve, command, applied_at, running, previous, adaptive.min_gain)
     if worse is not None and previous is not None:
         notices.append(("Warning", REVERTED, f"back to {_described(previous)} draft tokens: {worse}"))
         rejected, running, previous, applied_at = running, previous, None, stamp

@@ -417,8 +417,15 @@ class Session:
             return
         engine = self.deployment["metadata"]["labels"].get(children.ENGINE_LABEL)
         config = vllm.running_config((self.resource.get("status") or {}).get("command") or [])
-        if engine != "vllm" or config is None:
+        if engine != "vllm":
             raise BenchError(EXIT_USAGE, f"--tokens needs a vLLM engine; {self.name} runs {engine}")
+        if config is None:
+            raise BenchError(
+                EXIT_USAGE,
+                f"--tokens varies the draft length of the engine's {vllm.SPECULATIVE_CONFIG}, and "
+                f"{self.name} runs none: speculation is turned off (status.speculation.appliedSchedule). "
+                "Benchmark it without --tokens, or set spec.speculator.adaptive.policy to Recommend first",
+            )
         longest = int(config["num_speculative_tokens"])
         over = [k for k in self.options.tokens if k > longest]
         if over:
