@@ -1,14 +1,16 @@
 """Adaptive speculation on real engines: each static draft length against the schedule the operator applies.
 
-Starts a sandbox of its own with one engine node (three CPU engine slots: a pair, its baseline
-and one engine copy at a time) and the operator as a real process. For each tiny pair in turn
-(the partial draft, the one always right, the one always wrong) it deploys the pair, runs
-`specdeploy bench --tokens 0,1,2,3` (baseline, then each draft length at every batch size), waits
-for the operator's recommendation, sets `policy: Apply`, waits for the pair to roll out with it,
-and runs the same benchmark again: the schedule and every static length side by side in one run.
-The pair is then deleted before the next. Writes each run's JSON and a plot per pair into --out,
-prints the tables; asserts nothing. Every server is on loopback; every wait is bounded. About
-50 minutes on 2 cores.
+Starts a sandbox of its own with one engine node (five CPU engine slots: a pair, its baseline and
+a copy for each static draft length, all at once) and the operator as a real process. For each
+tiny pair in turn (the partial draft, the one always right, the one always wrong) it deploys the
+pair, runs `specdeploy bench --tokens 0,1,2,3 --interleave --repeats 3 --waves 16` (the baseline,
+the pair and each draft length at every batch size, taken in turn three times per concurrency,
+medians kept, each run at least 16 full batches), waits for the operator's recommendation, sets
+`policy: Apply`, waits for the pair to roll out with it, and runs the same benchmark again: the
+schedule and every static length side by side in one run. The pair is then deleted before the
+next. Writes each run's JSON and a plot per pair into --out, prints the tables; asserts nothing.
+Every server is on loopback; every wait is bounded. About 90 minutes on 2 cores for the three
+pairs.
 
     python bench/adaptive_ab.py --out docs/images
 """
@@ -80,8 +82,8 @@ def bench(
     lengths ``tokens`` beside it (none for a pair turned off: its command drafts nothing to vary).
     When it fails, the namespace's Events and the pair's ``status.speculation`` are printed first:
     the sandbox, and the operator's log with it, is gone once the script ends."""
-    argv = [name, "-n", NAMESPACE, *load, "--keep-baseline"]
-    argv += ["--tokens", tokens] if tokens else []
+    argv = [name, "-n", NAMESPACE, *load, "--keep-baseline", "--timeout", "5000"]
+    argv += ["--tokens", tokens, "--interleave"] if tokens else []
     argv += ["--plot", str(out / f"adaptive-{name}-{tag}.png")]
     try:
         return run_bench(kubeconfig, argv, out / f"adaptive-{name}-{tag}.json", 5400)
@@ -157,15 +159,18 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("bench-out"), help="where plots and JSON go")
     parser.add_argument("--pairs", default=",".join(PAIRS), help="which pairs, in order")
     parser.add_argument("--concurrency", default="1,2,4,8,16")
-    parser.add_argument("--prompts", default="16")
+    parser.add_argument("--prompts", default="32", help="requests per run")
+    parser.add_argument("--repeats", default="3", help="runs of each engine per concurrency, interleaved")
+    parser.add_argument("--waves", default="16", help="at least this many full batches per run")
     parser.add_argument("--input-len", default="32")
     parser.add_argument("--output-len", default="64")
     args = parser.parse_args()
-    load = ["--concurrency", args.concurrency, "--prompts", args.prompts]
+    load = ["--concurrency", args.concurrency, "--prompts", args.prompts, "--repeats", args.repeats]
+    load += ["--waves", args.waves]
     load += ["--input-len", args.input_len, "--output-len", args.output_len]
     args.out.mkdir(parents=True, exist_ok=True)
-    # Three engine slots: a pair, its baseline and one engine copy at a time.
-    with engine_sandbox("bench-adaptive", 3, ("--acceptance-interval", "10")) as (binary, kubeconfig):
+    # Five engine slots: a pair, its baseline and a copy for each of three draft lengths at once.
+    with engine_sandbox("bench-adaptive", 5, ("--acceptance-interval", "10")) as (binary, kubeconfig):
         kubectl(binary, kubeconfig, "create", "namespace", NAMESPACE)
         for name in args.pairs.split(","):
             run_pair(binary, kubeconfig, name, PAIRS[name], args.out, load)

@@ -34,8 +34,8 @@ nodeGroups:
   - name: engine
     count: 1
     engine: true
-    cpu: "16"
-    memory: 64Gi
+    cpu: "{4 * slots + 4}"
+    memory: {8 * slots + 16}Gi
     gpu: {{product: SANDBOX-CPU, count: {slots}, memoryMiB: 4096}}
 """
 

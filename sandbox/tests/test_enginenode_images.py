@@ -24,6 +24,7 @@ def test_packaged_map_runs_vllm_images_on_the_cpu_runtime_with_its_env() -> None
         "VLLM_TARGET_DEVICE": "cpu",
         "VLLM_CPU_KVCACHE_SPACE": "1",
         "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        "OMP_NUM_THREADS": "1",
     }
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from enginelib import ALL, API_KEY_SECRET, NONE, NS, resource, sdep_when
+from specdeploy import api
 from specdeploy.speedup import manifests
 from specdeploy.speedup import session as bench
 from specdeploy_sandbox import tiny_models
@@ -37,13 +38,14 @@ from support.paths import REPO
 
 # Each level runs for a few seconds: with 8 requests a run lasts about a second, and one pause of
 # the 2-core machine in it can erase a 3x speed-up. The two measured runs whose speed-ups are
-# compared take twice as many: at 16, one pause of about 3 s in the accept-all pair's run at
-# concurrency 1 (its time per output token still 2.6 ms against the baseline's 4.1 ms) measured
-# 0.96x in one run out of five.
+# compared take twice as many, as two interleaved repeats (baseline, pair, pair, baseline): at 16
+# in one run, one pause of about 3 s in the accept-all pair's run at concurrency 1 (its time per
+# output token still 2.6 ms against the baseline's 4.1 ms) measured 0.96x in one run out of five.
 PROMPTS = 16
 LOAD = ("--concurrency", "1,4", "--prompts", str(PROMPTS), "--input-len", "32", "--output-len", "64")
-MEASURED_PROMPTS = 32
-MEASURED_LOAD = (*LOAD[:2], "--prompts", str(MEASURED_PROMPTS), *LOAD[4:])
+REPEATS = 2
+MEASURED_PROMPTS = REPEATS * PROMPTS
+MEASURED_LOAD = (*LOAD, "--repeats", str(REPEATS))
 SHORT_LOAD = ("--concurrency", "1", "--prompts", "2", "--input-len", "32", "--output-len", "16")
 BENCH_TIMEOUT_S = 900.0
 GONE_S = 180.0
@@ -150,11 +152,13 @@ def test_the_accept_all_pair_pays(
     plot = tmp_path / "accept-all.png"
     done = _bench(
         engine_sandbox, ALL, *MEASURED_LOAD, "--output", "json", "--plot", str(plot), "--keep-baseline",
-        "--tokens", "0,3",
+        "--tokens", "0,3", "--interleave",
     )  # fmt: skip
     assert f"reusing the kept baseline {NS}/{kept_baseline}" in done.stderr
-    # Both lengths asked for are measured already: the baseline and the pair's own 3 everywhere.
+    # Both lengths asked for are measured already: the baseline and the pair's own 3 everywhere,
+    # in the one load Job that takes every engine in turn.
     assert "the engine drafting" not in done.stderr
+    assert "at concurrency 1,4, every engine in turn" in done.stderr
     body = _measured(done)
     MEASURED[ALL] = body
     levels = {level["concurrency"]: level for level in body["results"]}
@@ -164,6 +168,8 @@ def test_the_accept_all_pair_pays(
         for side in ("speculative", "baseline"):
             figures = level[side]
             assert (figures["completed"], figures["failed"]) == (MEASURED_PROMPTS, 0)
+            assert len(figures["samples"]) == REPEATS and min(figures["samples"]) > 0
+            assert min(figures["samples"]) <= figures["outputTokensPerSecond"] <= max(figures["samples"])
             assert (
                 figures["outputTokensPerSecond"] > 0
                 and figures["ttftMs"]["p99"] >= figures["ttftMs"]["p50"] > 0
@@ -189,7 +195,9 @@ def test_the_accept_all_pair_pays(
     assert [r["outputTokensPerSecond"] for r in lengths[3]] == [
         levels[c]["speculative"]["outputTokensPerSecond"] for c in (1, 4)
     ]
-    summary = json.loads(get(k, NS, "sdep", ALL)["metadata"]["annotations"][manifests.SUMMARY_ANNOTATION])
+    annotations = get(k, NS, "sdep", ALL)["metadata"]["annotations"]
+    assert api.BENCHMARK_RUNNING_ANNOTATION not in annotations, "the run's hold is taken off with its summary"
+    summary = json.loads(annotations[manifests.SUMMARY_ANNOTATION])
     assert summary["speedup"] == {str(c): levels[c]["speedup"] for c in levels}
     assert summary["stopsPayingAbove"] == body["stopsPayingAbove"]
     assert summary["draftLengths"]["3"]["meanLength"] == {"1": 4.0, "4": 4.0}
@@ -375,8 +383,10 @@ def _start_until_baseline(sandbox: Sandbox, k: Kubectl, wait: WaitFor, *argv: st
 def test_an_interrupted_run_removes_what_it_started(
     pairs: dict[str, str], engine_sandbox: Sandbox, k: Kubectl, wait: WaitFor
 ) -> None:
-    """SIGTERM (and Ctrl-C) while the baseline starts: the CLI deletes the anchor and exits 130."""
+    """SIGTERM (and Ctrl-C) while the baseline starts: the CLI deletes the anchor, takes its hold
+    on adaptive speculation off the resource, and exits 130."""
     process = _start_until_baseline(engine_sandbox, k, wait, *LOAD)
+    held = get(k, NS, "sdep", ALL)["metadata"]["annotations"].get(api.BENCHMARK_RUNNING_ANNOTATION)
     try:
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=30)
@@ -384,6 +394,9 @@ def test_an_interrupted_run_removes_what_it_started(
         process.kill()
     assert process.returncode == bench.EXIT_INTERRUPTED, stderr
     assert "error: interrupted" in stderr and "removed the run's Jobs and the baseline" in stderr
+    # Held until the run's own expiry (--timeout 3600 by default), then no longer.
+    assert held is not None and held > time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3000))
+    assert api.BENCHMARK_RUNNING_ANNOTATION not in get(k, NS, "sdep", ALL)["metadata"].get("annotations", {})
     _nothing_left(k, wait, ALL)
 
 

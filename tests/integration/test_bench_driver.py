@@ -52,6 +52,7 @@ def _plan(url: str, fake: list[str]) -> dict[str, Any]:
             step: dict[str, Any] = {
                 "target": target,
                 "concurrency": concurrency,
+                "round": 0,
                 "healthUrl": f"{url}/health",
                 "argv": [*fake, "--max-concurrency", str(concurrency)],
             }

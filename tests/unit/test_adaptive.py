@@ -14,6 +14,7 @@ from specdeploy import adaptive, api
 from specdeploy.adaptive import Range
 from specdeploy.adaptive.policy import (
     APPLIED,
+    HELD,
     NO_BENCHMARK,
     PROBING,
     RECOMMENDATION,
@@ -274,6 +275,35 @@ def test_acceptance_that_makes_the_previous_schedule_better_reverts_at_once() ->
     moved = figures(["0.38", "0.20", "0.10"], T0 + timedelta(seconds=60))
     kept = adaptive.decide(spec_of(), body_with(stored), moved, CURVE, "c1", T0 + timedelta(seconds=60))
     assert kept.speculation is not None and tokens(kept.speculation.applied_schedule) == SCHEDULE
+
+
+def test_nothing_changes_while_a_benchmark_measures_the_resource() -> None:
+    """Acceptance that would revert at once, and a held recommendation now due, both wait while
+    ``specdeploy bench`` holds the resource; an expired hold (a killed run) holds nothing."""
+    stored = applied([(1, None, 1)], SCHEDULE)
+    worse = figures(["0", "0", "0"], T0 + timedelta(seconds=60))
+    now = T0 + timedelta(seconds=60)
+    measured = body_with(stored)
+    measured["metadata"]["annotations"] = {api.BENCHMARK_RUNNING_ANNOTATION: "2026-12-07T13:00:00Z"}
+    held = adaptive.decide(spec_of(), measured, worse, CURVE, "c1", now)
+    assert held.speculation is not None and not held.reschedule and held.notices == ()
+    assert tokens(held.speculation.applied_schedule) == SCHEDULE
+    assert "specdeploy bench measures it (specdeploy.io/benchmark-running until 2026-12-07T13:00:00Z)" in (
+        held.speculation.message
+    )
+    after = T0 + timedelta(hours=1)
+    expired = adaptive.decide(spec_of(), measured, worse, CURVE, "c1", after)
+    assert expired.speculation is not None and expired.reschedule
+    assert tokens(expired.speculation.applied_schedule) == [(1, None, 1)]
+    # A recommendation held back by minIntervalSeconds and now due waits for the benchmark too.
+    waiting = applied([(1, None, 3)], [(1, None, 1)]).model_copy(
+        update={"message": f"-; {HELD}", "recommended_schedule": applied([], SCHEDULE).recommended_schedule}
+    )
+    due_body = body_with(waiting) | {"spec": {"speculator": {"adaptive": {"policy": "Apply"}}}}
+    assert adaptive.due(due_body, T0 + timedelta(seconds=900))
+    due_body["metadata"]["annotations"] = measured["metadata"]["annotations"]
+    assert not adaptive.due(due_body, T0 + timedelta(seconds=900))
+    assert adaptive.due(due_body, T0 + timedelta(hours=1))
 
 
 def test_a_rejected_schedule_waits_for_a_new_benchmark() -> None:

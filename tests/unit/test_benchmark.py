@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -242,6 +243,61 @@ def test_same_load_for_both_engines_in_order() -> None:
     assert plan["metricPrefixes"] == ["vllm:spec_decode_num_"]
 
 
+def test_repeats_take_each_engine_in_turn_each_round_starting_with_the_next() -> None:
+    repeated = dataclasses.replace(LOAD, concurrencies=(4,), repeats=4)
+    targets = (("baseline", "http://b:1"), ("speculative", "http://s:1"), ("draft-1", "http://d:1"))
+    plan = load.targets_plan(repeated, "vllm", "m", "org/m", targets)
+    steps: list[dict[str, Any]] = plan["steps"]  # type: ignore[assignment]
+    order = [(s["round"], s["target"]) for s in steps]
+    assert order == [
+        (0, "baseline"), (0, "speculative"), (0, "draft-1"),
+        (1, "speculative"), (1, "draft-1"), (1, "baseline"),
+        (2, "draft-1"), (2, "baseline"), (2, "speculative"),
+        (3, "baseline"), (3, "speculative"), (3, "draft-1"),
+    ]  # fmt: skip
+    assert {_flag(s["argv"], "--base-url") for s in steps if s["target"] == "draft-1"} == {"http://d:1"}
+    assert repeated.describe()["repeats"] == 4
+
+
+def test_waves_lengthen_the_runs_at_high_concurrency_only() -> None:
+    waved = dataclasses.replace(LOAD, concurrencies=(1, 4, 16), prompts=32, waves=4)
+    plan = load.targets_plan(waved, "vllm", "m", "org/m", (("baseline", "http://b:1"),))
+    steps: list[dict[str, Any]] = plan["steps"]  # type: ignore[assignment]
+    assert [_flag(s["argv"], "--num-prompts") for s in steps] == ["32", "32", "64"]
+    assert [waved.prompts_at(c) for c in (1, 8, 9)] == [32, 32, 36]
+    assert LOAD.prompts_at(16) == LOAD.prompts and waved.describe()["waves"] == 4
+
+
+def _record(target: str, round_: int, result: dict[str, Any], **counters: str) -> str:
+    return MARK + json.dumps(
+        {"target": target, "concurrency": 1, "round": round_, "result": result, **counters}
+    )
+
+
+def test_repeated_runs_give_the_median_every_sample_and_the_acceptance_over_all() -> None:
+    counted = [(10, 30, 27, [10, 9, 8]), (60, 180, 150, [60, 50, 40]), (110, 330, 297, [110, 99, 88])]
+    lines = []
+    for round_, (base, spec) in enumerate([(40.0, 90.0), (30.0, 130.0)]):
+        lines.append(_record("baseline", round_, _result(base, ttft=10.0 * (round_ + 1))))
+        before, after = _exposition(*counted[round_]), _exposition(*counted[round_ + 1])
+        lines.append(_record("speculative", round_, _result(spec), before=before, after=after))
+    lines.append(_record("baseline", 2, _result(35.0)))
+    comparison = results.compare("\n".join(lines), "vllm", (1,))
+    level = comparison.results[0]
+    assert level.baseline.samples == [40.0, 30.0, 35.0] and level.baseline.output_tokens_per_second == 35.0
+    assert level.speculative.output_tokens_per_second == 110.0 and level.speculative.samples == [90.0, 130.0]
+    assert level.baseline.ttft_ms.p50 == 20.0 and level.baseline.completed == 24
+    assert level.speedup == round(110 / 35, 3)
+    # From before the first run to after the last: 100 steps, 270 of 300 draft tokens kept.
+    assert level.acceptance is not None and level.acceptance.draft_tokens == 300
+    assert level.acceptance.per_position == [1.0, 0.9, 0.8]
+    # 90 and 130 around 110: the widest spread, 18%, in the table's line under the verdict.
+    assert "median of 2 runs; one engine's runs at one concurrency lie within 18% of it." in report.table(
+        comparison
+    )
+    assert report.spread_line(results.verdict(_levels_with({1: 1.0}))) is None
+
+
 def test_load_command_runs_the_driver_on_the_plan() -> None:
     plan = load.plan(LOAD, "sglang", "m", "org/m", "http://a:1", "http://b:1")
     argv = load.command(plan)
@@ -318,7 +374,7 @@ def test_a_missing_run_is_an_error() -> None:
 
 
 def _levels_with(speedups: dict[int, float]) -> list[results.Level]:
-    figures = results.figures(_result(100.0))
+    figures = results.figures([{"result": _result(100.0)}])
     return [
         results.Level(concurrency=c, speculative=figures, baseline=figures, speedup=s, acceptance=None)
         for c, s in speedups.items()
@@ -371,6 +427,16 @@ def test_plot_is_written(tmp_path: Path) -> None:
     path = tmp_path / "out" / "bench.png"
     plot(comparison, "title", path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+    # Repeats draw their spread: a plot that differs from the one of single runs.
+    repeated = results.figures([{"result": _result(60.0)}, {"result": _result(140.0)}])
+
+    def measured(figures: results.Figures) -> results.Comparison:
+        levels = [level.model_copy(update={"speculative": figures}) for level in comparison.results]
+        return comparison.model_copy(update={"results": levels})
+
+    plot(measured(repeated), "title", tmp_path / "spread.png")
+    plot(measured(repeated.model_copy(update={"samples": [100.0]})), "title", tmp_path / "single.png")
+    assert (tmp_path / "spread.png").read_bytes() != (tmp_path / "single.png").read_bytes()
 
 
 def test_concurrency_levels() -> None:

@@ -280,6 +280,15 @@ def _at(text: str | None) -> datetime | None:
         return None
 
 
+def benchmark_hold(body: dict[str, Any], now: datetime) -> datetime | None:
+    """Until when a ``specdeploy bench`` of the resource holds what runs (its run's expiry, from
+    ``api.BENCHMARK_RUNNING_ANNOTATION``); None when no run does, or the run it names expired
+    (a benchmark killed before it could take the annotation off holds nothing for ever)."""
+    annotations = (body.get("metadata") or {}).get("annotations") or {}
+    until = _at(annotations.get(api.BENCHMARK_RUNNING_ANNOTATION))
+    return until if until is not None and now < until else None
+
+
 def decide(
     spec: api.SpeculativeDeploymentSpec,
     body: dict[str, Any],
@@ -326,8 +335,9 @@ def decide(
     if adaptive.policy != "Apply":
         return Decision(speculation, tuple(notices))
     return _apply(
-        spec, adaptive, speculation, stored, running, schedule, figures, curve, command, now, notices
-    )
+        spec, adaptive, speculation, stored, running, schedule, figures, curve, command, now, notices,
+        benchmark_hold(body, now),
+    )  # fmt: skip
 
 
 def _apply(
@@ -342,10 +352,12 @@ def _apply(
     command: str,
     now: datetime,
     notices: list[Notice],
+    held_until: datetime | None,
 ) -> Decision:
-    """The guard rails of policy Apply, in order: revert a change measured worse, probe when
-    speculation has been off for ``probeIntervalSeconds``, else apply a recommendation that
-    gains ``minGain`` at most once per ``minIntervalSeconds``."""
+    """The guard rails of policy Apply, in order: change nothing while a benchmark measures the
+    resource (until ``held_until``), revert a change measured worse, probe when speculation has
+    been off for ``probeIntervalSeconds``, else apply a recommendation that gains ``minGain`` at
+    most once per ``minIntervalSeconds``."""
     assert spec.speculator is not None and spec.speculator.num_speculative_tokens is not None
     own = own_schedule(spec, spec.speculator.num_speculative_tokens)
     rendered = list(running)
@@ -361,11 +373,16 @@ def _apply(
     per_position = [float(a) for a in speculation.basis.per_position] if speculation.basis else []
     message = speculation.message
     worse = None
-    if previous is not None:
+    if previous is not None and held_until is None:
         worse = _acceptance_worse(
             figures, stored.basis if stored is not None else None, curve, running, previous, adaptive.min_gain
         ) or _benchmark_worse(curve, command, applied_at, running, previous, adaptive.min_gain)
-    if worse is not None and previous is not None:
+    if held_until is not None:
+        message = (
+            f"{message}; nothing changes while specdeploy bench measures it "
+            f"({api.BENCHMARK_RUNNING_ANNOTATION} until {held_until.strftime(TIME_FORMAT)})"
+        )
+    elif worse is not None and previous is not None:
         notices.append(("Warning", REVERTED, f"back to {_described(previous)} draft tokens: {worse}"))
         rejected, running, previous, applied_at = running, previous, None, stamp
         message = f"reverted to {_described(running)}: {worse}; {message}"
@@ -446,6 +463,8 @@ def due(body: dict[str, Any], now: datetime) -> bool:
     stored = _stored(body)
     if stored is None or stored.applied_at is None or stored.applied_schedule is None:
         return False
+    if benchmark_hold(body, now) is not None:
+        return False  # the pass after the benchmark, which takes the annotation off, decides
     since = _at(stored.applied_at)
     if since is None:
         return False

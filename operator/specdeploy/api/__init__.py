@@ -7,6 +7,7 @@ The bottom layer: everything else imports it, it imports nothing of the operator
 from specdeploy.api.base import (
     API_VERSION,
     BENCHMARK_ANNOTATION,
+    BENCHMARK_RUNNING_ANNOTATION,
     ENGINE_HOME,
     GPU_RESOURCE,
     GROUP,
@@ -73,6 +74,7 @@ from specdeploy.api.status import (
 __all__ = [
     "API_VERSION",
     "BENCHMARK_ANNOTATION",
+    "BENCHMARK_RUNNING_ANNOTATION",
     "CONDITION_ORDER",
     "DEGRADED",
     "ENGINE_HOME",

@@ -19,6 +19,9 @@ EngineName = Literal["vllm", "sglang"]
 # The latest ``specdeploy bench`` run, kept on the resource; with ``--tokens`` it holds the cost
 # of each draft length that adaptive speculation reads.
 BENCHMARK_ANNOTATION = f"{GROUP}/benchmark"
+# Set by ``specdeploy bench`` while it measures the resource, to the time its run expires:
+# adaptive speculation changes nothing that runs until then, so no rollout lands mid-measurement.
+BENCHMARK_RUNNING_ANNOTATION = f"{GROUP}/benchmark-running"
 # The extended resource NVIDIA's device plugin advertises; the plan sets it, users may not.
 GPU_RESOURCE = "nvidia.com/gpu"
 # The most nodes one replica spans (a LeaderWorkerSet group of this size).

@@ -70,9 +70,26 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--tokens", type=_draft_lengths, default=(), metavar="K,K,...",
         help="also measure these draft lengths at every batch size (0: the baseline), one engine copy "
-        "at a time: the cost curve the operator's adaptive speculation reads (vLLM; e.g. 0,1,2,3)",
+        "at a time (all at once with --interleave): the cost curve the operator's adaptive "
+        "speculation reads (vLLM; e.g. 0,1,2,3)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--interleave", action="store_true",
+        help="with --tokens: run every engine copy at once and measure the baseline, NAME and each "
+        "copy in turn at every concurrency in one load Job, so the figures compared are measured in "
+        "the same minutes (needs one replica's GPUs per copy besides the baseline's)",
     )  # fmt: skip
     parser.add_argument("--prompts", type=_positive, default=64, help="requests per run (default: 64)")
+    parser.add_argument(
+        "--waves", type=_positive, default=None, metavar="W",
+        help="at least W full batches per run: max(--prompts, W x concurrency) requests, so runs at "
+        "high concurrency last long enough to measure (default: --prompts at every concurrency)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--repeats", type=_positive, default=1,
+        help="runs of each engine at each concurrency, each round starting with the next engine; "
+        "the report keeps the median and every sample (default: 1)",
+    )  # fmt: skip
     parser.add_argument(
         "--input-len", type=_positive,
         help="prompt tokens (default: 512, halved with --output-len's until a request fits NAME's context)",
@@ -136,11 +153,12 @@ def run(args: argparse.Namespace) -> int:
     load = Load(
         concurrencies=args.concurrency, prompts=args.prompts, input_len=args.input_len,
         output_len=args.output_len, dataset=args.dataset, dataset_path=args.dataset_path, seed=args.seed,
-        temperature=args.temperature,
+        temperature=args.temperature, repeats=args.repeats, waves=args.waves or 0,
     )  # fmt: skip
     options = Options(
         name=args.name, load=load, keep_baseline=args.keep_baseline, load_image=args.load_image,
         timeout=args.timeout, schedule_timeout=args.schedule_timeout, tokens=args.tokens,
+        interleave=args.interleave,
     )  # fmt: skip
     session = Session(
         KubeClient(field_manager="specdeploy-bench"), args.namespace or _context_namespace(), options
@@ -149,12 +167,17 @@ def run(args: argparse.Namespace) -> int:
     try:
         speculative_pod = session.start()
         baseline_pod = session.start_baseline()
-        log = session.measure(speculative_pod, baseline_pod)
+        logs: dict[int, str | None] = {}
+        if args.tokens and args.interleave:
+            log, logs = session.measure_together(speculative_pod, baseline_pod)
+        else:
+            log = session.measure(speculative_pod, baseline_pod)
         engine = (session.resource.get("status") or {}).get("engine", "vllm")
         try:
             comparison = compare(log, engine, args.concurrency)
             if args.tokens:
-                comparison = with_draft_lengths(comparison, session.measure_draft_lengths(), engine)
+                logs = logs or session.measure_draft_lengths()
+                comparison = with_draft_lengths(comparison, logs, engine)
         except ResultsError as exc:
             raise BenchError(EXIT_LOAD, str(exc)) from exc
         body = session.report(comparison)

@@ -65,7 +65,7 @@ def run(step: dict[str, Any], prefixes: list[str]) -> dict[str, Any]:
             result = json.load(file)
     after = exposition(metrics, prefixes) if metrics else None
     return {
-        **{k: step[k] for k in ("target", "concurrency")},
+        **{k: step[k] for k in ("target", "concurrency", "round")},
         "result": result,
         "before": before,
         "after": after,

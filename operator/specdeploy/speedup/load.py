@@ -31,7 +31,9 @@ class Load:
     ``prompts`` per concurrency level; ``input_len``/``output_len`` in tokens (every request
     generates exactly ``output_len``: ``--ignore-eos``), None until ``fit`` gives them the
     defaults that suit the resource's context; ``dataset`` is a ``vllm bench serve``
-    dataset name (``random`` needs no file), ``dataset_path`` its file or hub id.
+    dataset name (``random`` needs no file), ``dataset_path`` its file or hub id; ``repeats``
+    how many times each engine runs at each concurrency (the results keep the median); ``waves``
+    the fewest full batches a run sends at any concurrency (``prompts_at``).
     """
 
     concurrencies: tuple[int, ...]
@@ -42,6 +44,15 @@ class Load:
     dataset_path: str | None = None
     seed: int = 0
     temperature: float = 0.0
+    repeats: int = 1
+    waves: int = 0
+
+    def prompts_at(self, concurrency: int) -> int:
+        """Requests per run at ``concurrency``: ``prompts``, or ``waves`` times the concurrency
+        when that is more. With a fixed count, a run at high concurrency is a couple of batches
+        lasting a second or two, in which the first batch's prefill, the last one's stragglers
+        and any pause of the machine weigh as much as the steady state being measured."""
+        return max(self.prompts, self.waves * concurrency)
 
     def fit(self, context: int | None) -> Load:
         """This load with every unset length at its default, those defaults halved together
@@ -62,7 +73,7 @@ class Load:
         return {
             "concurrency": list(self.concurrencies), "prompts": self.prompts, "inputLen": self.input_len,
             "outputLen": self.output_len, "dataset": self.dataset, "seed": self.seed,
-            "temperature": self.temperature,
+            "temperature": self.temperature, "repeats": self.repeats, "waves": self.waves,
         }  # fmt: skip
 
     def argv(self, base_url: str, model: str, tokenizer: str, concurrency: int) -> list[str]:
@@ -76,7 +87,7 @@ class Load:
             "--model", model, "--tokenizer", tokenizer,
             "--dataset-name", self.dataset,
             "--input-len", str(self.input_len), "--output-len", str(self.output_len), "--ignore-eos",
-            "--num-prompts", str(self.prompts), "--max-concurrency", str(concurrency),
+            "--num-prompts", str(self.prompts_at(concurrency)), "--max-concurrency", str(concurrency),
             "--num-warmups", str(concurrency),
             "--seed", str(self.seed), "--temperature", str(self.temperature),
             "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", PERCENTILES,
@@ -104,21 +115,35 @@ def draft_length_target(tokens: int) -> str:
 def targets_plan(
     load: Load, engine: EngineName, model: str, tokenizer: str, targets: Sequence[tuple[str, str]]
 ) -> dict[str, object]:
-    """Per concurrency, each (name, URL) target in the order given; the /metrics of each engine
-    that speculates (every target but the baseline) are read around its run for acceptance."""
+    """Per concurrency, ``load.repeats`` rounds of every (name, URL) target, each round starting
+    one target later than the one before: what drifts during a level (a busy neighbour, a cache
+    warming) falls on every target alike instead of on whichever runs first. The /metrics of each
+    engine that speculates (every target but the baseline) are read around its runs for acceptance."""
     steps = []
     for concurrency in load.concurrencies:
-        for target, url in targets:
-            step: dict[str, object] = {
-                "target": target,
-                "concurrency": concurrency,
-                "healthUrl": f"{url}/health",
-                "argv": load.argv(url, model, tokenizer, concurrency),
-            }
-            if target != BASELINE:
-                step["metricsUrl"] = f"{url}/metrics"
-            steps.append(step)
+        for round_ in range(load.repeats):
+            first = round_ % len(targets)
+            steps += [
+                _step(load, model, tokenizer, concurrency, round_, target, url)
+                for target, url in (*targets[first:], *targets[:first])
+            ]
     return {"steps": steps, "metricPrefixes": list(facts_for(engine).metrics.families)}
+
+
+def _step(
+    load: Load, model: str, tokenizer: str, concurrency: int, round_: int, target: str, url: str
+) -> dict[str, object]:
+    """One ``vllm bench serve`` of the plan: ``target`` at ``url``, round ``round_`` at ``concurrency``."""
+    step: dict[str, object] = {
+        "target": target,
+        "concurrency": concurrency,
+        "round": round_,
+        "healthUrl": f"{url}/health",
+        "argv": load.argv(url, model, tokenizer, concurrency),
+    }
+    if target != BASELINE:
+        step["metricsUrl"] = f"{url}/metrics"
+    return step
 
 
 def command(driver_plan: dict[str, object]) -> list[str]:

@@ -12,10 +12,20 @@ SPEC_STYLE = {"color": "tab:blue", "marker": "o", "label": "speculative"}
 BASE_STYLE = {"color": "tab:gray", "marker": "s", "label": "baseline"}
 
 
+def _spread(ax: Any, x: list[int], samples: list[list[float]], medians: list[float], color: str) -> None:
+    """The lowest to the highest of the repeats behind each median, as a bar: how far apart two
+    lines must be to differ (nothing when each level ran once)."""
+    if all(len(found) > 1 for found in samples):
+        low = [median - min(found) for median, found in zip(medians, samples, strict=True)]
+        high = [max(found) - median for median, found in zip(medians, samples, strict=True)]
+        ax.errorbar(x, medians, yerr=[low, high], fmt="none", ecolor=color, capsize=3, alpha=0.6)
+
+
 def plot(comparison: Comparison, title: str, path: Path) -> None:
     """Four panels against concurrency (log scale): output tokens/s (with each draft length
-    measured besides), speed-up (with the line at 1 below which speculation costs), TPOT p50 and
-    TTFT p50; the format follows ``path``'s suffix.
+    measured besides, and the spread of the repeats behind each point), speed-up (with the line
+    at 1 below which speculation costs), TPOT p50 and TTFT p50; the format follows ``path``'s
+    suffix.
 
     TPOT rather than ITL: ITL is the gap between streamed chunks, and a speculative engine sends
     several tokens per chunk, so its ITL grows exactly when it is faster per token.
@@ -38,12 +48,18 @@ def plot(comparison: Comparison, title: str, path: Path) -> None:
         ax.plot(x, [value(level.baseline) for level in levels], **BASE_STYLE)
         ax.set_ylabel(label)
     throughput = axes[0][0]
+    for found, style in (
+        ([level.speculative for level in levels], SPEC_STYLE),
+        ([level.baseline for level in levels], BASE_STYLE),
+    ):
+        medians = [f.output_tokens_per_second for f in found]
+        _spread(throughput, x, [f.samples for f in found], medians, str(style["color"]))
     for length in comparison.draft_lengths:
         if length.tokens:
-            throughput.plot(
-                x, [r.output_tokens_per_second for r in length.results],
-                linestyle=":", marker=".", label=f"{length.tokens} draft tokens at every batch size",
-            )  # fmt: skip
+            medians = [r.output_tokens_per_second for r in length.results]
+            label = f"{length.tokens} draft tokens at every batch size"
+            [line] = throughput.plot(x, medians, linestyle=":", marker=".", label=label)
+            _spread(throughput, x, [r.samples for r in length.results], medians, line.get_color())
     for ax, _, _ in panels:
         ax.legend()
     speedup = axes[0][1]

@@ -36,6 +36,22 @@ def verdict_line(comparison: Comparison) -> str:
     return f"Speculation pays up to concurrency {stops} and stops paying above it."
 
 
+def spread_line(comparison: Comparison) -> str | None:
+    """How far the repeats of one engine at one concurrency lie from their median, at most: the
+    noise two figures of the report must differ by to differ (None when each level ran once)."""
+    figures = [side for level in comparison.results for side in (level.speculative, level.baseline)]
+    cells = [(f.output_tokens_per_second, f.samples) for f in figures]
+    cells += [(r.output_tokens_per_second, r.samples) for k in comparison.draft_lengths for r in k.results]
+    repeats = min(len(samples) for _, samples in cells)
+    if repeats < 2:
+        return None
+    worst = max(abs(found - median) / median for median, samples in cells if median for found in samples)
+    return (
+        f"Each figure is the median of {repeats} runs; "
+        f"one engine's runs at one concurrency lie within {worst:.0%} of it."
+    )
+
+
 def table(comparison: Comparison) -> str:
     rows = [COLUMNS]
     for level in comparison.results:
@@ -59,7 +75,8 @@ def table(comparison: Comparison) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
     lines = ["   ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     extra = ["", draft_length_table(comparison)] if comparison.draft_lengths else []
-    return "\n".join([*lines, "", verdict_line(comparison), *extra])
+    spread = spread_line(comparison)
+    return "\n".join([*lines, "", verdict_line(comparison), *([spread] if spread else []), *extra])
 
 
 def speedups(comparison: Comparison) -> str:

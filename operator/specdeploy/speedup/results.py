@@ -4,6 +4,8 @@ the acceptance measured during the speculative runs, and where speculation stops
 from __future__ import annotations
 
 import json
+import statistics
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import Field
@@ -29,7 +31,9 @@ class Percentiles(ApiModel):
 
 
 class Figures(ApiModel):
-    """One engine at one concurrency, from ``vllm bench serve``'s result (latencies in ms)."""
+    """One engine at one concurrency, from ``vllm bench serve``'s results (latencies in ms): each
+    figure the median over the repeats, ``samples`` the output tokens/s of each repeat as run
+    (how far they spread is the noise of the measurement), the requests counted over all."""
 
     output_tokens_per_second: float
     ttft_ms: Percentiles
@@ -37,6 +41,7 @@ class Figures(ApiModel):
     tpot_ms: Percentiles
     completed: int
     failed: int
+    samples: list[float] = Field(default_factory=list)
 
 
 class MeasuredAcceptance(ApiModel):
@@ -58,12 +63,14 @@ class Level(ApiModel):
 
 
 class DraftLengthLevel(ApiModel):
-    """One draft length at one concurrency: throughput, speed-up over the baseline, acceptance."""
+    """One draft length at one concurrency: throughput (the median of ``samples``), speed-up
+    over the baseline, acceptance."""
 
     concurrency: int
     output_tokens_per_second: float
     speedup: float
     acceptance: MeasuredAcceptance | None
+    samples: list[float] = Field(default_factory=list)
 
 
 class DraftLength(ApiModel):
@@ -88,29 +95,37 @@ class Comparison(ApiModel):
         return self.model_dump(by_alias=True)
 
 
-def _percentiles(result: dict[str, Any], metric: str) -> Percentiles:
-    median = float(result.get(f"median_{metric}_ms", 0.0))
+def _median(values: Sequence[float]) -> float:
+    return round(statistics.median(values), 3)
+
+
+def _percentiles(results: Sequence[dict[str, Any]], metric: str) -> Percentiles:
+    p50 = [float(r.get(f"p50_{metric}_ms", r.get(f"median_{metric}_ms", 0.0))) for r in results]
     return Percentiles(
-        p50=round(float(result.get(f"p50_{metric}_ms", median)), 3),
-        p99=round(float(result.get(f"p99_{metric}_ms", 0.0)), 3),
+        p50=_median(p50), p99=_median([float(r.get(f"p99_{metric}_ms", 0.0)) for r in results])
     )
 
 
-def figures(result: dict[str, Any]) -> Figures:
-    completed = int(result["completed"])
+def figures(runs: Sequence[dict[str, Any]]) -> Figures:
+    """The figures of one engine's runs at one concurrency (the driver's records, in order)."""
+    results = [run["result"] for run in runs]
+    samples = [round(float(result["output_throughput"]), 3) for result in results]
     return Figures(
-        output_tokens_per_second=round(float(result["output_throughput"]), 3),
-        ttft_ms=_percentiles(result, "ttft"),
-        itl_ms=_percentiles(result, "itl"),
-        tpot_ms=_percentiles(result, "tpot"),
-        completed=completed,
-        failed=int(result.get("failed", 0)),
+        output_tokens_per_second=_median(samples),
+        ttft_ms=_percentiles(results, "ttft"),
+        itl_ms=_percentiles(results, "itl"),
+        tpot_ms=_percentiles(results, "tpot"),
+        completed=sum(int(result["completed"]) for result in results),
+        failed=sum(int(result.get("failed", 0)) for result in results),
+        samples=samples,
     )
 
 
-def acceptance(engine: EngineName, before: str | None, after: str | None) -> MeasuredAcceptance | None:
-    """From the engine's counters before and after its run; None when they say nothing (no
-    speculation metrics, a restart in between, or no draft at all)."""
+def acceptance(engine: EngineName, runs: Sequence[dict[str, Any]]) -> MeasuredAcceptance | None:
+    """From the engine's counters before its first run and after its last (the runs between
+    them are other engines'); None when they say nothing (no speculation metrics, a restart in
+    between, or no draft at all)."""
+    before, after = runs[0].get("before"), runs[-1].get("after")
     if before is None or after is None:
         return None
     try:
@@ -137,9 +152,14 @@ def records(log: str) -> list[dict[str, Any]]:
     return found
 
 
-def _runs(log: str, targets: tuple[str, ...], concurrencies: tuple[int, ...]) -> dict[tuple[str, int], Any]:
-    """The log's result of each target at each concurrency; ResultsError when one is missing."""
-    runs = {(r["target"], int(r["concurrency"])): r for r in records(log)}
+def _runs(
+    log: str, targets: tuple[str, ...], concurrencies: tuple[int, ...]
+) -> dict[tuple[str, int], list[dict[str, Any]]]:
+    """The log's results of each target at each concurrency, in order run; ResultsError when one
+    has none."""
+    runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for record in records(log):
+        runs.setdefault((record["target"], int(record["concurrency"])), []).append(record)
     for concurrency in concurrencies:
         missing = [t for t in targets if (t, concurrency) not in runs]
         if missing:
@@ -154,8 +174,8 @@ def compare(log: str, engine: EngineName, concurrencies: tuple[int, ...]) -> Com
     runs = _runs(log, (SPECULATIVE, BASELINE), concurrencies)
     levels = []
     for concurrency in concurrencies:
-        spec_run, base_run = runs[(SPECULATIVE, concurrency)], runs[(BASELINE, concurrency)]
-        spec, base = figures(spec_run["result"]), figures(base_run["result"])
+        spec_runs, base_runs = runs[(SPECULATIVE, concurrency)], runs[(BASELINE, concurrency)]
+        spec, base = figures(spec_runs), figures(base_runs)
         speedup = (
             spec.output_tokens_per_second / base.output_tokens_per_second
             if base.output_tokens_per_second
@@ -167,7 +187,7 @@ def compare(log: str, engine: EngineName, concurrencies: tuple[int, ...]) -> Com
                 speculative=spec,
                 baseline=base,
                 speedup=round(speedup, 3),
-                acceptance=acceptance(engine, spec_run.get("before"), spec_run.get("after")),
+                acceptance=acceptance(engine, spec_runs),
             )
         )
     return verdict(levels)
@@ -203,15 +223,16 @@ def with_draft_lengths(comparison: Comparison, logs: dict[int, str | None], engi
             elif log is None:
                 found, accepted = level.speculative, level.acceptance
             else:
-                run = runs[(draft_length_target(tokens), level.concurrency)]
-                found = figures(run["result"])
-                accepted = acceptance(engine, run.get("before"), run.get("after"))
+                copy_runs = runs[(draft_length_target(tokens), level.concurrency)]
+                found = figures(copy_runs)
+                accepted = acceptance(engine, copy_runs)
             levels.append(
                 DraftLengthLevel(
                     concurrency=level.concurrency,
                     output_tokens_per_second=found.output_tokens_per_second,
                     speedup=round(found.output_tokens_per_second / base, 3) if base else 0.0,
                     acceptance=accepted,
+                    samples=found.samples,
                 )
             )
         measured.append(DraftLength(tokens=tokens, results=levels))

@@ -5,7 +5,7 @@ Everything the run creates hangs off one anchor Job that expires by itself (``ma
 nothing outlives the run for longer than its timeout even when the process running it is
 killed. Waits poll the few objects of one run every 2 s within that timeout.
 
-One module, over 400 lines, because it is one sequence whose every step relies on the state the
+One module, over 500 lines, because it is one sequence whose every step relies on the state the
 earlier ones left (what was created, what to clean up); the pure parts are already apart
 (``manifests``, ``load``, ``results``).
 """
@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn, TypeVar
 
 from kubernetes.client.exceptions import ApiException
@@ -59,6 +60,9 @@ class Options:
     schedule_timeout: int = 120
     # Draft lengths measured besides the resource as it runs (``--tokens``; 0 is the baseline).
     tokens: tuple[int, ...] = ()
+    # Every engine copy of ``tokens`` at once, measured in turn with the resource and the
+    # baseline in one load Job (``--interleave``), rather than one copy after the other.
+    interleave: bool = False
 
 
 def say(message: str) -> None:
@@ -88,6 +92,8 @@ class Session:
         self.baseline_name = manifests.baseline_name(self.name)
         # The load with its lengths fitted to the resource's context once ``start`` has read it.
         self.load = options.load
+        # Whether the resource carries this run's hold on adaptive speculation.
+        self.holding = False
 
     @property
     def shares_baseline(self) -> bool:
@@ -262,7 +268,22 @@ class Session:
             )
         anchor = manifests.run_job(self.resource, self._load_image(), self.options.timeout)
         self.run_job = self._create_job(anchor)
+        self._hold()
         return pod
+
+    def _annotate(self, annotations: dict[str, str | None]) -> None:
+        patch = {"metadata": {"annotations": annotations}}
+        self.kube.custom.patch_namespaced_custom_object(
+            api.GROUP, api.VERSION, self.namespace, api.PLURAL, self.name, patch
+        )
+
+    def _hold(self) -> None:
+        """Mark the resource as measured until the run expires: the operator's adaptive
+        speculation rolls out no other schedule meanwhile (a rollout mid-run would measure two
+        commands as one)."""
+        until = datetime.now(UTC) + timedelta(seconds=self.options.timeout)
+        self._annotate({api.BENCHMARK_RUNNING_ANNOTATION: until.strftime("%Y-%m-%dT%H:%M:%SZ")})
+        self.holding = True
 
     def _fit_lengths(self) -> None:
         """Unset lengths fitted to the context the engines serve; a request longer than that
@@ -382,7 +403,8 @@ class Session:
         )  # fmt: skip
         self._create_job(job)
         say(
-            f"load Job {self.namespace}/{job['metadata']['name']}: {load.prompts} requests of "
+            f"load Job {self.namespace}/{job['metadata']['name']}: "
+            f"{'/'.join(str(load.prompts_at(c)) for c in load.concurrencies)} requests of "
             f"{load.input_len}+{load.output_len} tokens at concurrency "
             f"{','.join(map(str, load.concurrencies))}, {order}"
         )
@@ -435,31 +457,62 @@ class Session:
                 "(spec.speculator.numSpeculativeTokens), and acceptance is measured per position up to that",
             )
 
+    def _copies(self) -> tuple[dict[int, str | None], list[int]]:
+        """(None for each length of ``--tokens`` measured without a copy: 0, the baseline, and the
+        length the resource itself drafts at every batch size; the lengths that need one)."""
+        own = self._own_draft_length()
+        measured: dict[int, str | None] = {k: None for k in self.options.tokens if k in (0, own)}
+        return measured, [k for k in self.options.tokens if k not in measured]
+
+    def _start_copy(self, tokens: int) -> tuple[str, dict[str, str]]:
+        """Start the engine copy drafting ``tokens``, owned by the anchor; (its name, its selector)."""
+        deployment, service = manifests.draft_length(
+            self.deployment, self.name, manifests.job_owner(self._anchor()), tokens
+        )
+        name = deployment["metadata"]["name"]
+        say(f"starting {self.namespace}/{name}: the engine drafting {tokens} tokens at every batch size")
+        self.kube.apply(deployment)
+        self.kube.apply(service)
+        return name, deployment["spec"]["selector"]["matchLabels"]
+
+    def _copy_ready(self, tokens: int, selector: dict[str, str]) -> tuple[str, str]:
+        """(target, URL) of the copy drafting ``tokens`` once its pod is Ready."""
+        pod = self._watch_pod(f"engine drafting {tokens}", selector, EXIT_BASELINE, ready=True)
+        return draft_length_target(tokens), self._url(pod)
+
     def measure_draft_lengths(self) -> dict[int, str | None]:
         """Each draft length of ``--tokens``: one engine copy at a time, started, loaded and
         removed before the next (one replica's GPUs beyond the resource's), after the baseline is
-        gone unless kept. The log of each copy's load Job; None for 0 (the baseline) and for the
-        length the resource itself drafts at every batch size, both measured already."""
-        own = self._own_draft_length()
-        logs: dict[int, str | None] = {k: None for k in self.options.tokens if k in (0, own)}
-        copies = [k for k in self.options.tokens if k not in logs]
+        gone unless kept. The log of each copy's load Job; None for the lengths ``_copies``
+        measures without one."""
+        logs, copies = self._copies()
         if copies and self.baseline is not None and not self.options.keep_baseline:
             self._remove(self.baseline[0]["metadata"]["name"], "the baseline")
             self.baseline = None
         for tokens in copies:
-            deployment, service = manifests.draft_length(
-                self.deployment, self.name, manifests.job_owner(self._anchor()), tokens
-            )
-            name = deployment["metadata"]["name"]
-            say(f"starting {self.namespace}/{name}: the engine drafting {tokens} tokens at every batch size")
-            self.kube.apply(deployment)
-            self.kube.apply(service)
-            selector = deployment["spec"]["selector"]["matchLabels"]
-            pod = self._watch_pod(f"engine drafting {tokens}", selector, EXIT_BASELINE, ready=True)
-            target = draft_length_target(tokens)
-            logs[tokens] = self._load(((target, self._url(pod)),), f"-{target}", f"drafting {tokens} tokens")
+            name, selector = self._start_copy(tokens)
+            target = self._copy_ready(tokens, selector)
+            logs[tokens] = self._load((target,), f"-{target[0]}", f"drafting {tokens} tokens")
             self._remove(name, f"the engine drafting {tokens}")
         return logs
+
+    def measure_together(
+        self, speculative_pod: dict[str, Any], baseline_pod: dict[str, Any]
+    ) -> tuple[str, dict[int, str | None]]:
+        """``--interleave``: every engine copy of ``--tokens`` started at once (one replica's GPUs
+        each, beyond the resource's and the baseline's), then one load Job taking the baseline,
+        the resource and each copy in turn at every concurrency, so that every figure of a level
+        is measured in the same minutes. (The log, the log for each copy, None for the others.)
+        The copies go with the anchor at clean-up."""
+        logs, copies = self._copies()
+        started = [(tokens, self._start_copy(tokens)[1]) for tokens in copies]
+        targets = (
+            (BASELINE, self._url(baseline_pod)),
+            (SPECULATIVE, self._url(speculative_pod)),
+            *(self._copy_ready(tokens, selector) for tokens, selector in started),
+        )
+        log = self._load(targets, "", "every engine in turn")
+        return log, {**logs, **{tokens: log for tokens in copies}}
 
     def _anchor(self) -> dict[str, Any]:
         assert self.run_job is not None
@@ -472,11 +525,10 @@ class Session:
         self._until(f"{what} to be removed", lambda: self._gone(read, name))
 
     def record(self, summary: str, event: tuple[str, str, str]) -> None:
-        """The summary annotation on the resource, and the Event."""
-        patch = {"metadata": {"annotations": {manifests.SUMMARY_ANNOTATION: summary}}}
-        self.kube.custom.patch_namespaced_custom_object(
-            api.GROUP, api.VERSION, self.namespace, api.PLURAL, self.name, patch
-        )
+        """The summary annotation on the resource with the run's hold taken off in the same write
+        (the operator's next pass judges the new benchmark at once), and the Event."""
+        self._annotate({manifests.SUMMARY_ANNOTATION: summary, api.BENCHMARK_RUNNING_ANNOTATION: None})
+        self.holding = False
         self.kube.post_event(self.resource, *event)
 
     def _delete_job(self, name: str) -> None:
@@ -490,6 +542,9 @@ class Session:
         """Hand a kept baseline to the resource, then delete the anchor: the GC does the rest."""
         if self.run_job is None:
             return
+        if self.holding:
+            self._annotate({api.BENCHMARK_RUNNING_ANNOTATION: None})
+            self.holding = False
         if self.options.keep_baseline and self.baseline is not None:
             for manifest in self.baseline:
                 self.kube.apply(manifest)
