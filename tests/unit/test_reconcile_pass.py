@@ -823,6 +823,16 @@ def test_status_for_is_none_when_only_transition_times_differ() -> None:
     assert again is not None and again["leftover"] is None and again["acceptance"] is None
     assert moved == []  # no condition changed, so no event
 
+    # Inside a field too: a schedule reverted drops previousSchedule, which the merge patch
+    # would otherwise keep from the stored status.
+    stale["status"]["speculation"] = {"policy": "Apply", "previousSchedule": [{"fromBatch": 1, "tokens": 3}]}
+    decided = api.Speculation(policy="Apply", reason="Recommended", message="m")
+    written, _ = status.status_for(stale, desired, None, speculation_=decided)
+    assert written is not None and written["speculation"] == {
+        "policy": "Apply", "reason": "Recommended", "message": "m", "recommendedSchedule": [],
+        "previousSchedule": None,
+    }  # fmt: skip
+
 
 def test_status_for_blocked_keeps_what_still_runs_only_while_a_deployment_exists() -> None:
     """command/endpoint/selector/tensorParallelSize survive a block only if a Deployment serves."""

@@ -253,10 +253,20 @@ def status_for(
     )
     if unchanged:
         return None, []
-    patch: dict[str, Any] = {k: None for k in current if k not in desired and k != "conditions"}
-    patch.update(desired)
+    patch: dict[str, Any] = merge_patch({k: v for k, v in current.items() if k != "conditions"}, desired)
     patch["conditions"] = merged
     return patch, transitions
+
+
+def merge_patch(current: Any, desired: Any) -> Any:
+    """The JSON merge patch that turns ``current`` into ``desired``: a merge patch keeps every
+    key it does not name, inside nested objects too, so each key ``desired`` no longer has is
+    named with None (a reverted schedule leaves no stale ``previousSchedule`` behind)."""
+    if not (isinstance(current, dict) and isinstance(desired, dict)):
+        return desired
+    patch: dict[str, Any] = {k: None for k in current if k not in desired}
+    patch.update({k: merge_patch(current.get(k), v) for k, v in desired.items()})
+    return patch
 
 
 def write_cause(current: dict[str, Any], patch: dict[str, Any]) -> str:
