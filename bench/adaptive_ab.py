@@ -3,14 +3,14 @@
 Starts a sandbox of its own with one engine node (five CPU engine slots: a pair, its baseline and
 a copy for each static draft length, all at once) and the operator as a real process. For each
 tiny pair in turn (the partial draft, the one always right, the one always wrong) it deploys the
-pair, runs `specdeploy bench --tokens 0,1,2,3 --interleave --repeats 3 --waves 16` (the baseline,
+pair, runs `specdeploy bench --tokens 0,1,2,3 --interleave --repeats 3 --waves 24` (the baseline,
 the pair and each draft length at every batch size, taken in turn three times per concurrency,
-medians kept, each run at least 16 full batches), waits for the operator's recommendation, sets
+medians kept, each run at least 24 full batches), waits for the operator's recommendation, sets
 `policy: Apply`, waits for the pair to roll out with it, and runs the same benchmark again: the
 schedule and every static length side by side in one run. The pair is then deleted before the
 next. Writes each run's JSON and a plot per pair into --out, prints the tables; asserts nothing.
-Every server is on loopback; every wait is bounded. About 90 minutes on 2 cores for the three
-pairs.
+Every server is on loopback; every wait is bounded. About 45 minutes for the partial pair and 25
+for the accept-none pair on 2 cores.
 
     python bench/adaptive_ab.py --out docs/images
 """
@@ -159,9 +159,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("bench-out"), help="where plots and JSON go")
     parser.add_argument("--pairs", default=",".join(PAIRS), help="which pairs, in order")
     parser.add_argument("--concurrency", default="1,2,4,8,16")
-    parser.add_argument("--prompts", default="32", help="requests per run")
+    parser.add_argument("--prompts", default="48", help="requests per run")
     parser.add_argument("--repeats", default="3", help="runs of each engine per concurrency, interleaved")
-    parser.add_argument("--waves", default="16", help="at least this many full batches per run")
+    parser.add_argument("--waves", default="24", help="at least this many full batches per run")
     parser.add_argument("--input-len", default="32")
     parser.add_argument("--output-len", default="64")
     args = parser.parse_args()
