@@ -78,7 +78,7 @@ def figures(reading: Reading) -> Acceptance:
         drafts=c.drafts,
         pods=reading.pods,
         window_seconds=reading.window_seconds,
-        measured_at=reading.measured_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        measured_at=reading.measured_at.strftime(api.TIME_FORMAT),
         summary=f"{rate} ({mean_length} tokens/step)",
     )
 

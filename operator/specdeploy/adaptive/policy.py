@@ -29,7 +29,6 @@ APPLIED = "SpeculationScheduleApplied"
 REVERTED = "SpeculationScheduleReverted"
 PROBING = "SpeculationProbe"
 RECOMMENDATION = "SpeculationRecommended"
-TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 # The longest wait between probes, in probeIntervalSeconds.
 PROBE_BACKOFF_CAP = 32
 # How a message says a recommendation waits for minIntervalSeconds (``due`` looks for it).
@@ -275,7 +274,7 @@ def _at(text: str | None) -> datetime | None:
     if text is None:
         return None
     try:
-        return datetime.strptime(text, TIME_FORMAT).replace(tzinfo=UTC)
+        return datetime.strptime(text, api.TIME_FORMAT).replace(tzinfo=UTC)
     except ValueError:
         return None
 
@@ -368,7 +367,7 @@ def _apply(
     stored_benchmark = stored.basis.benchmark_measured_at if stored is not None and stored.basis else None
     if curve is not None and stored_benchmark != curve.measured_at:
         rejected = None  # a new benchmark: what it measured decides again
-    stamp = now.strftime(TIME_FORMAT)
+    stamp = now.strftime(api.TIME_FORMAT)
     since = _at(applied_at)
     per_position = [float(a) for a in speculation.basis.per_position] if speculation.basis else []
     message = speculation.message
@@ -380,7 +379,7 @@ def _apply(
     if held_until is not None:
         message = (
             f"{message}; nothing changes while specdeploy bench measures it "
-            f"({api.BENCHMARK_RUNNING_ANNOTATION} until {held_until.strftime(TIME_FORMAT)})"
+            f"({api.BENCHMARK_RUNNING_ANNOTATION} until {held_until.strftime(api.TIME_FORMAT)})"
         )
     elif worse is not None and previous is not None:
         notices.append(("Warning", REVERTED, f"back to {_described(previous)} draft tokens: {worse}"))

@@ -22,6 +22,8 @@ BENCHMARK_ANNOTATION = f"{GROUP}/benchmark"
 # Set by ``specdeploy bench`` while it measures the resource, to the time its run expires:
 # adaptive speculation changes nothing that runs until then, so no rollout lands mid-measurement.
 BENCHMARK_RUNNING_ANNOTATION = f"{GROUP}/benchmark-running"
+# How the API writes a time (RFC 3339, UTC, whole seconds): status, Events, annotations.
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 # The extended resource NVIDIA's device plugin advertises; the plan sets it, users may not.
 GPU_RESOURCE = "nvidia.com/gpu"
 # The most nodes one replica spans (a LeaderWorkerSet group of this size).

@@ -81,7 +81,7 @@ def register(subparsers: Any) -> None:
     )  # fmt: skip
     parser.add_argument("--prompts", type=_positive, default=64, help="requests per run (default: 64)")
     parser.add_argument(
-        "--waves", type=_positive, default=None, metavar="W",
+        "--waves", type=_positive, default=0, metavar="W",
         help="at least W full batches per run: max(--prompts, W x concurrency) requests, so runs at "
         "high concurrency last long enough to measure (default: --prompts at every concurrency)",
     )  # fmt: skip
@@ -153,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
     load = Load(
         concurrencies=args.concurrency, prompts=args.prompts, input_len=args.input_len,
         output_len=args.output_len, dataset=args.dataset, dataset_path=args.dataset_path, seed=args.seed,
-        temperature=args.temperature, repeats=args.repeats, waves=args.waves or 0,
+        temperature=args.temperature, repeats=args.repeats, waves=args.waves,
     )  # fmt: skip
     options = Options(
         name=args.name, load=load, keep_baseline=args.keep_baseline, load_image=args.load_image,

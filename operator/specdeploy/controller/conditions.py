@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from specdeploy.api import CONDITION_ORDER, Condition
+from specdeploy.api import CONDITION_ORDER, TIME_FORMAT, Condition
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class Transition:
 
 
 def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime(TIME_FORMAT)
 
 
 def merge(

@@ -228,7 +228,7 @@ class KubeClient:
         A failed post is logged, never raised: an Event is a notice, status holds the truth.
         """
         meta = involved["metadata"]
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = datetime.now(UTC).strftime(api.TIME_FORMAT)
         name = name or f"{meta['name']}.{time.time_ns():x}"
         message = event_message(message)
         # A plain body: the client's model classes cost more to build and serialise than the post.
@@ -263,7 +263,7 @@ class KubeClient:
     def raise_event_count(self, namespace: str, name: str, count: int) -> bool:
         """An Event seen again: its ``count`` and ``lastTimestamp`` moved (client-go's aggregation);
         False when it cannot be (expired by the apiserver's event TTL: post a new one)."""
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = datetime.now(UTC).strftime(api.TIME_FORMAT)
         patch = {"count": count, "lastTimestamp": now}
         try:
             _discard(self.core.patch_namespaced_event(name, namespace, patch, _preload_content=False))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
+from specdeploy import api
 from specdeploy.acceptance import decimal
 from specdeploy.speedup.results import Comparison, Figures, Level
 
@@ -92,7 +93,7 @@ def summary(comparison: Comparison, measured_at: datetime, load: dict[str, objec
     one's output tokens/s and tokens per verifier step by concurrency (the cost curve the
     operator's adaptive speculation reads, ``adaptive.costs``)."""
     body: dict[str, object] = {
-        "measuredAt": measured_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "measuredAt": measured_at.strftime(api.TIME_FORMAT),
         "command": command,
         "speedup": {str(level.concurrency): level.speedup for level in comparison.results},
         "outputTokensPerSecond": {

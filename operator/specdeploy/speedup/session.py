@@ -282,7 +282,7 @@ class Session:
         speculation rolls out no other schedule meanwhile (a rollout mid-run would measure two
         commands as one)."""
         until = datetime.now(UTC) + timedelta(seconds=self.options.timeout)
-        self._annotate({api.BENCHMARK_RUNNING_ANNOTATION: until.strftime("%Y-%m-%dT%H:%M:%SZ")})
+        self._annotate({api.BENCHMARK_RUNNING_ANNOTATION: until.strftime(api.TIME_FORMAT)})
         self.holding = True
 
     def _fit_lengths(self) -> None:
