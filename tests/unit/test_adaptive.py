@@ -99,20 +99,35 @@ def test_expected_tokens_and_speedup() -> None:
 
 def test_the_best_length_per_range() -> None:
     assert CURVE is not None
-    assert adaptive.best(CURVE, [0.45, 0.25, 0.16], 3) == [
-        Range(1, 3, 3),
-        Range(4, 15, 1),
-        Range(16, None, 0),
-    ]
+    # One draft token loses 10% at 16, where none would be the baseline's; but a 0 there beside
+    # ranges that draft still runs the draft, so the schedule drafts everywhere: turning off to
+    # win those 10% would give up 38% at batch 1.
+    assert adaptive.best(CURVE, [0.45, 0.25, 0.16], 3) == [Range(1, 3, 3), Range(4, None, 1)]
     # Never longer than the spec allows, nor than the positions measured.
-    assert adaptive.best(CURVE, [0.45, 0.25, 0.16], 2) == [
-        Range(1, 3, 2),
-        Range(4, 15, 1),
-        Range(16, None, 0),
-    ]
+    assert adaptive.best(CURVE, [0.45, 0.25, 0.16], 2) == [Range(1, 3, 2), Range(4, None, 1)]
     assert adaptive.best(CURVE, [0.45], 3)[0].tokens == 1
     # A draft that is always right makes 4 tokens a step: three drafted pay at every concurrency.
     assert adaptive.best(CURVE, [1.0, 1.0, 1.0], 3) == [Range(1, None, 3)]
+
+
+def test_a_draft_that_gains_less_than_it_loses_is_turned_off() -> None:
+    """The partial pair on one-thread engines: 5% more at batch 1, 30% less at 16. A 0 at 16
+    beside a 3 at batch 1 still runs the draft there, so the choice is between the two plans."""
+    slight = {0: (30.0, 100.0, 200.0), 1: (28.0, 90.0, 150.0), 2: (30.0, 85.0, 140.0),
+              3: (31.5, 80.0, 140.0)}  # fmt: skip
+    curve = adaptive.parse(annotation(slight))
+    assert curve is not None
+    per_position = [0.45, 0.25, 0.16]
+    assert adaptive.best(curve, per_position, 3) == [Range(1, None, 0)]
+    # Off is the baseline everywhere; a 0 beside ranges that draft is not priced as one.
+    assert adaptive.predicted(curve, per_position, [Range(1, None, 0)]) == [1.0, 1.0, 1.0]
+    assert adaptive.predicted(curve, per_position, [Range(1, 3, 3), Range(4, None, 0)])[1:] == [None, None]
+    decided = adaptive.decide(spec_of("Recommend"), body_with(None), figures(PARTIAL), curve, "c0", T0)
+    found = decided.speculation
+    assert found is not None and found.reason == RECOMMENDED
+    assert tokens(found.recommended_schedule) == [(1, None, 0)]
+    assert found.message.startswith("turn speculation off")
+    assert "1.05x drafting 3 at 1, 0.90x drafting 1 at 4, 0.75x drafting 1 at 16" in found.message
 
 
 SPEC: dict[str, Any] = {
@@ -168,14 +183,19 @@ def test_recommend_waits_for_acceptance_then_for_a_benchmark() -> None:
     unmeasured = adaptive.decide(spec_of("Recommend"), body_with(None), figures(PARTIAL), None, "c0", T0)
     assert unmeasured.speculation is not None and unmeasured.speculation.reason == NO_BENCHMARK
     assert "specdeploy bench NAME --tokens 0,1,2,3" in unmeasured.speculation.message
+    baseline_only = adaptive.parse(annotation({0: THROUGHPUT[0]}, running=THROUGHPUT[3]))
+    assert baseline_only is not None
+    found = adaptive.decide(spec_of("Recommend"), body_with(None), figures(PARTIAL), baseline_only, "c0", T0)
+    assert found.speculation is not None and found.speculation.reason == NO_BENCHMARK
+    assert "measured no draft length from 1 to 3" in found.speculation.message
 
 
 def test_recommend_writes_the_schedule_its_basis_and_one_event() -> None:
     first = adaptive.decide(spec_of("Recommend"), body_with(None), figures(PARTIAL), CURVE, "c0", T0)
     found = first.speculation
     assert found is not None and found.reason == RECOMMENDED
-    assert tokens(found.recommended_schedule) == [(1, 3, 3), (4, 15, 1), (16, None, 0)]
-    assert [r.expected_speedup for r in found.recommended_schedule] == ["1.60", "1.15", "1.00"]
+    assert tokens(found.recommended_schedule) == SCHEDULE
+    assert [r.expected_speedup for r in found.recommended_schedule] == ["1.60", "1.15"]
     assert found.basis is not None and found.basis.per_position == PARTIAL
     assert found.basis.benchmark_measured_at == "2026-12-07T11:00:00Z"
     assert found.applied_schedule is None
@@ -197,7 +217,7 @@ def test_apply_rolls_out_a_recommendation_that_gains_enough() -> None:
     decision = adaptive.decide(spec_of(), body_with(None), figures(PARTIAL), CURVE, "c0", T0)
     found = decision.speculation
     assert found is not None and decision.reschedule
-    assert tokens(found.applied_schedule) == [(1, 3, 3), (4, 15, 1), (16, None, 0)]
+    assert tokens(found.applied_schedule) == SCHEDULE
     assert tokens(found.previous_schedule) == [(1, None, 3)]
     assert found.applied_at == "2026-12-07T12:00:00Z"
     assert [n[1] for n in decision.notices] == [RECOMMENDATION, APPLIED]
@@ -239,7 +259,7 @@ def applied(previous: list[tuple[int, int | None, int]], running: list[tuple[int
     )  # fmt: skip
 
 
-SCHEDULE = [(1, 3, 3), (4, 15, 1), (16, None, 0)]
+SCHEDULE = [(1, 3, 3), (4, None, 1)]
 
 
 def test_at_most_one_change_per_min_interval() -> None:

@@ -5,7 +5,12 @@ where ``a_k`` is the acceptance at position k unconditionally (a position counts
 one before it was accepted), which the engines count per position. What the step costs at each
 batch size comes from the benchmark (``costs.CostCurve.step_cost``, relative to the baseline's
 step). The speed-up of K at a batch size is then ``E(K) / cost(K)``; the baseline's is 1.
-docs/adaptive.md derives it and works an example.
+
+A 0 is the baseline only where it is 0 at every batch size (served without the draft). Beside
+ranges that draft, the engine runs the draft's first pass on every step to keep its cache
+current (vLLM 0.32.0 does so at a per-batch-size 0), which the benchmark does not measure and
+which cost 0.54x the baseline at concurrency 1 in the sandbox; so a schedule either drafts at
+every batch size or is off everywhere. docs/adaptive.md derives it and works an example.
 """
 
 from __future__ import annotations
@@ -46,18 +51,43 @@ def tokens_at(schedule: Sequence[Range], batch: int) -> int:
     )
 
 
-def best(curve: CostCurve, per_position: Sequence[float], longest: int) -> list[Range]:
-    """Per measured concurrency, the draft length (among those measured, up to ``longest`` and
-    to the positions measured) with the highest expected speed-up, the shorter on a tie; as
-    ranges from each measured concurrency to the next (the first from 1, the last open), merged
-    where they agree."""
-    candidates = [k for k in curve.lengths if k <= min(longest, len(per_position))]
-    chosen = []
+def drafting(curve: CostCurve, per_position: Sequence[float], longest: int) -> list[tuple[int, float]]:
+    """Per measured concurrency, the draft length (among those measured, from 1 up to ``longest``
+    and to the positions measured) with the highest expected speed-up, the shorter on a tie, and
+    that speed-up; empty when no such length was measured."""
+    candidates = [k for k in curve.lengths if 0 < k <= min(longest, len(per_position))]
+    if not candidates:
+        return []
+    found = []
     for i in range(len(curve.concurrencies)):
         scores = {k: round(speedup(curve, per_position, k, i), 6) for k in candidates}
-        chosen.append(max(candidates, key=lambda k: (scores[k], -k)))
+        tokens = max(candidates, key=lambda k: (scores[k], -k))
+        found.append((tokens, scores[tokens]))
+    return found
+
+
+def off_is_better(expected: Sequence[float]) -> bool:
+    """Whether serving without the draft keeps a larger share of the best expected at its worst
+    concurrency than drafting does (``expected``: drafting's speed-up at each): a draft that gains
+    5% at batch 1 and loses 30% at 16 is not worth loading."""
+    best_at = [max(1.0, s) for s in expected]
+    off = min(1 / b for b in best_at)
+    return off >= min(s / b for s, b in zip(expected, best_at, strict=True))
+
+
+def best(curve: CostCurve, per_position: Sequence[float], longest: int) -> list[Range]:
+    """The schedule :func:`schedule_of` the :func:`drafting` lengths."""
+    return schedule_of(curve, drafting(curve, per_position, longest))
+
+
+def schedule_of(curve: CostCurve, chosen: Sequence[tuple[int, float]]) -> list[Range]:
+    """The lengths ``chosen`` per measured concurrency as ranges from each to the next (the first
+    from 1, the last open), merged where they agree; or 0 everywhere when :func:`off_is_better`
+    (or nothing was chosen)."""
+    if not chosen or off_is_better([s for _, s in chosen]):
+        return [Range(1, None, 0)]
     ranges: list[Range] = []
-    for i, tokens in enumerate(chosen):
+    for i, (tokens, _) in enumerate(chosen):
         start = 1 if i == 0 else curve.concurrencies[i]
         if ranges and ranges[-1].tokens == tokens:
             continue
@@ -71,11 +101,13 @@ def predicted(
     curve: CostCurve, per_position: Sequence[float], schedule: Sequence[Range]
 ) -> list[float | None]:
     """A schedule's expected speed-up at each measured concurrency (None where it drafts a length
-    the benchmark did not measure)."""
+    the benchmark did not measure, or 0 beside ranges that draft: the draft runs there unpriced)."""
+    drafts = any(r.tokens for r in schedule)
     found: list[float | None] = []
     for i, concurrency in enumerate(curve.concurrencies):
         tokens = tokens_at(schedule, concurrency)
-        found.append(speedup(curve, per_position, tokens, i) if tokens in curve.throughput else None)
+        priced = tokens in curve.throughput and not (drafts and tokens == 0)
+        found.append(speedup(curve, per_position, tokens, i) if priced else None)
     return found
 
 

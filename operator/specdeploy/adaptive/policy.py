@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from specdeploy import api, enginefacts
 from specdeploy.adaptive.costs import CostCurve
-from specdeploy.adaptive.model import Range, best, gain, predicted, tokens_at
+from specdeploy.adaptive.model import Range, drafting, gain, predicted, schedule_of, tokens_at
 
 RECOMMENDED = "Recommended"
 TURN_OFF = "SpeculationIneffective"
@@ -189,7 +189,27 @@ def _recommend(
             f"specdeploy bench NAME --tokens {','.join(map(str, range(longest + 1)))}",
         )
     per_position = [float(a) for a in basis.per_position]
-    schedule = best(curve, per_position, longest)
+    chosen = drafting(curve, per_position, longest)
+    if not chosen:
+        return (
+            [],
+            NO_BENCHMARK,
+            f"{measured}; the benchmark of {curve.measured_at} measured no draft length from 1 to {longest}: "
+            f"run specdeploy bench NAME --tokens {','.join(map(str, range(longest + 1)))}",
+        )
+    schedule = schedule_of(curve, chosen)
+    if all(r.tokens == 0 for r in schedule):
+        expected = ", ".join(
+            f"{s:.2f}x drafting {k} at {c}" for (k, s), c in zip(chosen, curve.concurrencies, strict=True)
+        )
+        return (
+            schedule,
+            RECOMMENDED,
+            f"turn speculation off: from {measured} and the cost per draft length benchmarked "
+            f"{curve.measured_at}, the best draft length at each concurrency is expected to serve "
+            f"{expected} of the baseline, which gains less where it pays than it loses where it does "
+            "not (a 0 beside ranges that draft still runs the draft)",
+        )
     return (
         schedule,
         RECOMMENDED,
