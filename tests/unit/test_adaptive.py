@@ -127,7 +127,70 @@ def test_a_draft_that_gains_less_than_it_loses_is_turned_off() -> None:
     assert found is not None and found.reason == RECOMMENDED
     assert tokens(found.recommended_schedule) == [(1, None, 0)]
     assert found.message.startswith("turn speculation off")
-    assert "1.05x drafting 3 at 1, 0.90x drafting 1 at 4, 0.75x drafting 1 at 16" in found.message
+    assert (
+        "1.05x (±0%) drafting 3 at 1, 0.90x (±0%) drafting 1 at 4, 0.75x (±0%) drafting 1 at 16"
+        in found.message
+    )
+
+
+# The partial pair's first benchmark of 2026-12-07 (`bench/adaptive_ab.py`, one-thread engines,
+# three runs per figure): medians, tokens per step, and how far the runs lay from the median.
+RUN_CONCURRENCIES = (1, 2, 4, 8, 16)
+RUN = {
+    0: ((213.2, 368.7, 661.6, 1391.7, 1973.6), (1.0,) * 5, (0.136, 0.251, 0.765, 0.097, 0.241)),
+    1: (
+        (178.0, 386.5, 631.7, 1146.6, 1699.7),
+        (1.648, 1.654, 1.647, 1.649, 1.646),
+        (0.181, 0.192, 0.23, 0.224, 0.038),
+    ),
+    2: (
+        (189.7, 373.7, 814.9, 1196.3, 1981.1),
+        (1.968, 1.982, 1.953, 1.945, 1.953),
+        (0.094, 0.1, 0.189, 0.219, 0.059),
+    ),
+    3: (
+        (199.6, 366.8, 594.4, 1337.8, 1833.9),
+        (2.133, 2.152, 2.1, 2.079, 2.102),
+        (0.069, 0.098, 0.112, 0.161, 0.1),
+    ),
+}
+
+
+def run_annotation(spread: bool) -> str:
+    by = lambda values: {str(c): v for c, v in zip(RUN_CONCURRENCIES, values, strict=True)}  # noqa: E731
+    return json.dumps(
+        {
+            "measuredAt": "2026-12-07T19:59:00Z",
+            "command": "c0",
+            "speedup": by([r / b for r, b in zip(RUN[3][0], RUN[0][0], strict=True)]),
+            "outputTokensPerSecond": {
+                str(c): {"speculative": r, "baseline": b}
+                for c, r, b in zip(RUN_CONCURRENCIES, RUN[3][0], RUN[0][0], strict=True)
+            },
+            "draftLengths": {
+                str(k): {"outputTokensPerSecond": by(t), "meanLength": by(m)}
+                | ({"spread": by(n)} if spread else {})
+                for k, (t, m, n) in RUN.items()
+            },
+        }
+    )
+
+
+def test_a_difference_within_the_benchmarks_noise_changes_nothing() -> None:
+    """Replayed without its spread, the run gives what the operator applied then: five ranges,
+    chasing a 1.23x of two draft tokens at concurrency 4 whose baseline's runs lay 77% apart. The
+    next run measured that schedule at 0.77x-0.92x the baseline. With the spread, no draft length
+    beats the baseline or three tokens beyond the noise anywhere: off."""
+    per_position = [0.53, 0.32, 0.2]
+    blind = adaptive.parse(run_annotation(spread=False))
+    assert blind is not None
+    assert [(r.from_batch, r.tokens) for r in adaptive.best(blind, per_position, 3)] == [
+        (1, 3), (2, 1), (4, 2), (8, 3), (16, 2)
+    ]  # fmt: skip
+    measured = adaptive.parse(run_annotation(spread=True))
+    assert measured is not None and measured.noise(2, 0, 2) == pytest.approx(0.189 + 0.765)
+    assert [c.tokens for c in adaptive.drafting(measured, per_position, 3)] == [3, 3, 2, 3, 3]
+    assert adaptive.best(measured, per_position, 3) == [Range(1, None, 0)]
 
 
 SPEC: dict[str, Any] = {
@@ -237,7 +300,8 @@ def test_apply_of_the_longest_length_everywhere_renders_no_schedule() -> None:
 
 
 def test_a_gain_below_min_gain_is_not_applied() -> None:
-    flat = {k: (30.0 * (1 + k / 100), 100.0, 200.0) for k in range(4)}
+    # One draft token 2% ahead of three at 16, and all alike elsewhere: a 2% predicted gain.
+    flat = {k: (30.0, 100.0, 200.0 * (1 + (3 - k) / 100 if k else 1)) for k in range(4)}
     curve = adaptive.parse(annotation(flat))
     decision = adaptive.decide(spec_of(minGain=0.2), body_with(None), figures(PARTIAL), curve, "c0", T0)
     found = decision.speculation

@@ -520,7 +520,11 @@ def test_draft_lengths_against_the_same_baseline() -> None:
     assert summary["draftLengths"]["1"] == {
         "outputTokensPerSecond": {"1": 75.0, "4": 420.0},
         "meanLength": {"1": 1.8, "4": 1.8},
+        "spread": {"1": 0.0, "4": 0.0},
     }
+    # Repeats spread: the farthest run from the median, relative to it (one run has none).
+    assert results.spread(100.0, [80.0, 100.0, 130.0]) == pytest.approx(0.3)
+    assert results.spread(100.0, [100.0]) == 0.0
     assert summary["draftLengths"]["0"]["meanLength"] == {"1": 1.0, "4": 1.0}
     assert summary["meanLength"] == {"1": 3.7, "4": 3.7}
     table = report.table(measured)

@@ -7,15 +7,17 @@ draft length from ``specdeploy bench --tokens`` (``costs``), the expected throug
 """
 
 from specdeploy.adaptive.costs import CostCurve, parse
-from specdeploy.adaptive.model import Range, best, expected_tokens, gain, predicted, speedup
+from specdeploy.adaptive.model import Choice, Range, best, drafting, expected_tokens, gain, predicted, speedup
 from specdeploy.adaptive.policy import Decision, decide, due, own_schedule, running_schedule
 
 __all__ = [
+    "Choice",
     "CostCurve",
     "Decision",
     "Range",
     "best",
     "decide",
+    "drafting",
     "due",
     "expected_tokens",
     "gain",

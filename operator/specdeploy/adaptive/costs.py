@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +16,8 @@ class CostCurve:
     each concurrency measured, from one benchmark run.
 
     ``command``: digest of the command the resource ran while measured; ``running``: its own
-    output tokens/s then (what a schedule it ran delivered)."""
+    output tokens/s then (what a schedule it ran delivered); ``spread``: how far each figure's
+    repeats lay from it, relative (0 where it ran once, or a summary predates it)."""
 
     measured_at: str
     command: str
@@ -23,6 +25,12 @@ class CostCurve:
     throughput: Mapping[int, tuple[float, ...]]
     mean_length: Mapping[int, tuple[float, ...]]
     running: tuple[float, ...]
+    spread: Mapping[int, tuple[float, ...]]
+
+    def noise(self, tokens: int, other: int, index: int) -> float:
+        """How far apart two draft lengths' figures at the ``index``-th concurrency may lie by the
+        run's noise alone, relative: the sum of their spreads."""
+        return self.spread[tokens][index] + self.spread[other][index]
 
     def step_cost(self, tokens: int, index: int) -> float:
         """The verifier step's time drafting ``tokens``, relative to the baseline's, at the
@@ -46,6 +54,19 @@ def _series(by_concurrency: Any, concurrencies: tuple[int, ...]) -> tuple[float,
     return values if all(v > 0 for v in values) else None
 
 
+def _spreads(by_concurrency: Any, concurrencies: tuple[int, ...]) -> tuple[float, ...]:
+    """The spread of each figure; 0 for one not given, or not a finite number of 0 or more."""
+    given = by_concurrency if isinstance(by_concurrency, dict) else {}
+    found = []
+    for c in concurrencies:
+        try:
+            value = float(given.get(str(c), 0.0))
+        except (TypeError, ValueError):
+            value = 0.0
+        found.append(value if math.isfinite(value) and value >= 0 else 0.0)
+    return tuple(found)
+
+
 def parse(annotation: str | None) -> CostCurve | None:
     """The curve of a benchmark summary; None when there is none, it measured no draft lengths,
     or any figure is missing, not a number or not positive (a hand-edited annotation is ignored
@@ -67,6 +88,7 @@ def parse(annotation: str | None) -> CostCurve | None:
         return None
     throughput: dict[int, tuple[float, ...]] = {}
     mean_length: dict[int, tuple[float, ...]] = {}
+    spread: dict[int, tuple[float, ...]] = {}
     for key, measured in body["draftLengths"].items():
         if not str(key).isdigit() or not isinstance(measured, dict):
             return None
@@ -76,6 +98,7 @@ def parse(annotation: str | None) -> CostCurve | None:
         if found is None or lengths is None:
             return None
         throughput[tokens], mean_length[tokens] = found, lengths
+        spread[tokens] = _spreads(measured.get("spread"), concurrencies)
     running = _series(
         {
             c: v.get("speculative")
@@ -93,4 +116,5 @@ def parse(annotation: str | None) -> CostCurve | None:
         throughput=throughput,
         mean_length=mean_length,
         running=running,
+        spread=spread,
     )

@@ -51,25 +51,45 @@ def tokens_at(schedule: Sequence[Range], batch: int) -> int:
     )
 
 
-def drafting(curve: CostCurve, per_position: Sequence[float], longest: int) -> list[tuple[int, float]]:
+@dataclass(frozen=True)
+class Choice:
+    """The draft length chosen at one measured concurrency, its expected speed-up, and how far
+    from the baseline's that may lie by the benchmark's noise alone (relative)."""
+
+    tokens: int
+    speedup: float
+    noise: float
+
+    @property
+    def resolved(self) -> float:
+        """The speed-up, or 1 where the benchmark's repeats cannot tell it from the baseline's."""
+        return 1.0 if abs(self.speedup - 1) <= self.noise else self.speedup
+
+
+def drafting(curve: CostCurve, per_position: Sequence[float], longest: int) -> list[Choice]:
     """Per measured concurrency, the draft length (among those measured, from 1 up to ``longest``
-    and to the positions measured) with the highest expected speed-up, the shorter on a tie, and
-    that speed-up; empty when no such length was measured."""
+    and to the positions measured) with the highest expected speed-up, the shorter on a tie; the
+    longest of them where the best is within the run's noise of it (a difference the repeats do
+    not resolve is no reason for another range). Empty when no such length was measured."""
     candidates = [k for k in curve.lengths if 0 < k <= min(longest, len(per_position))]
     if not candidates:
         return []
+    reference = max(candidates)
     found = []
     for i in range(len(curve.concurrencies)):
         scores = {k: round(speedup(curve, per_position, k, i), 6) for k in candidates}
         tokens = max(candidates, key=lambda k: (scores[k], -k))
-        found.append((tokens, scores[tokens]))
+        if scores[tokens] <= scores[reference] * (1 + curve.noise(tokens, reference, i)):
+            tokens = reference
+        found.append(Choice(tokens, scores[tokens], curve.noise(tokens, 0, i)))
     return found
 
 
-def off_is_better(expected: Sequence[float]) -> bool:
+def off_is_better(chosen: Sequence[Choice]) -> bool:
     """Whether serving without the draft keeps a larger share of the best expected at its worst
-    concurrency than drafting does (``expected``: drafting's speed-up at each): a draft that gains
-    5% at batch 1 and loses 30% at 16 is not worth loading."""
+    concurrency than drafting does: a draft that gains 5% at batch 1 and loses 30% at 16 is not
+    worth loading, nor one whose gains and losses the benchmark's noise does not resolve."""
+    expected = [c.resolved for c in chosen]
     best_at = [max(1.0, s) for s in expected]
     off = min(1 / b for b in best_at)
     return off >= min(s / b for s, b in zip(expected, best_at, strict=True))
@@ -80,20 +100,20 @@ def best(curve: CostCurve, per_position: Sequence[float], longest: int) -> list[
     return schedule_of(curve, drafting(curve, per_position, longest))
 
 
-def schedule_of(curve: CostCurve, chosen: Sequence[tuple[int, float]]) -> list[Range]:
+def schedule_of(curve: CostCurve, chosen: Sequence[Choice]) -> list[Range]:
     """The lengths ``chosen`` per measured concurrency as ranges from each to the next (the first
     from 1, the last open), merged where they agree; or 0 everywhere when :func:`off_is_better`
     (or nothing was chosen)."""
-    if not chosen or off_is_better([s for _, s in chosen]):
+    if not chosen or off_is_better(chosen):
         return [Range(1, None, 0)]
     ranges: list[Range] = []
-    for i, (tokens, _) in enumerate(chosen):
+    for i, choice in enumerate(chosen):
         start = 1 if i == 0 else curve.concurrencies[i]
-        if ranges and ranges[-1].tokens == tokens:
+        if ranges and ranges[-1].tokens == choice.tokens:
             continue
         if ranges:
             ranges[-1] = Range(ranges[-1].from_batch, start - 1, ranges[-1].tokens)
-        ranges.append(Range(start, None, tokens))
+        ranges.append(Range(start, None, choice.tokens))
     return ranges
 
 

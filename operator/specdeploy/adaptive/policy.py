@@ -200,15 +200,16 @@ def _recommend(
     schedule = schedule_of(curve, chosen)
     if all(r.tokens == 0 for r in schedule):
         expected = ", ".join(
-            f"{s:.2f}x drafting {k} at {c}" for (k, s), c in zip(chosen, curve.concurrencies, strict=True)
+            f"{choice.speedup:.2f}x (±{choice.noise:.0%}) drafting {choice.tokens} at {c}"
+            for choice, c in zip(chosen, curve.concurrencies, strict=True)
         )
         return (
             schedule,
             RECOMMENDED,
             f"turn speculation off: from {measured} and the cost per draft length benchmarked "
             f"{curve.measured_at}, the best draft length at each concurrency is expected to serve "
-            f"{expected} of the baseline, which gains less where it pays than it loses where it does "
-            "not (a 0 beside ranges that draft still runs the draft)",
+            f"{expected} of the baseline, which gains less where it pays, beyond the benchmark's noise, "
+            "than it loses where it does not (a 0 beside ranges that draft still runs the draft)",
         )
     return (
         schedule,

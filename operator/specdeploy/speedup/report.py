@@ -7,7 +7,7 @@ from datetime import datetime
 
 from specdeploy import api
 from specdeploy.acceptance import decimal
-from specdeploy.speedup.results import Comparison, Figures, Level
+from specdeploy.speedup.results import Comparison, Figures, Level, spread
 
 BENCHMARKED = "Benchmarked"
 NOT_PAYING = "SpeculationNotPaying"
@@ -46,7 +46,7 @@ def spread_line(comparison: Comparison) -> str | None:
     repeats = min(len(samples) for _, samples in cells)
     if repeats < 2:
         return None
-    worst = max(abs(found - median) / median for median, samples in cells if median for found in samples)
+    worst = max(spread(median, samples) for median, samples in cells)
     return (
         f"Each figure is the median of {repeats} runs; "
         f"one engine's runs at one concurrency lie within {worst:.0%} of it."
@@ -76,8 +76,8 @@ def table(comparison: Comparison) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
     lines = ["   ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     extra = ["", draft_length_table(comparison)] if comparison.draft_lengths else []
-    spread = spread_line(comparison)
-    return "\n".join([*lines, "", verdict_line(comparison), *([spread] if spread else []), *extra])
+    noise = spread_line(comparison)
+    return "\n".join([*lines, "", verdict_line(comparison), *([noise] if noise else []), *extra])
 
 
 def speedups(comparison: Comparison) -> str:
@@ -121,6 +121,10 @@ def summary(comparison: Comparison, measured_at: datetime, load: dict[str, objec
                     str(r.concurrency): r.acceptance.mean_length if r.acceptance else 1.0
                     for r in length.results
                     if r.acceptance is not None or length.tokens == 0
+                },
+                "spread": {
+                    str(r.concurrency): round(spread(r.output_tokens_per_second, r.samples), 3)
+                    for r in length.results
                 },
             }
             for length in comparison.draft_lengths

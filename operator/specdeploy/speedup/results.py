@@ -95,6 +95,14 @@ class Comparison(ApiModel):
         return self.model_dump(by_alias=True)
 
 
+def spread(median: float, samples: Sequence[float]) -> float:
+    """How far the repeats of one cell lie from their median, at most, relative to it (0 for a
+    single run): the noise two figures must differ by to differ."""
+    if len(samples) < 2 or not median:
+        return 0.0
+    return max(abs(found - median) / median for found in samples)
+
+
 def _median(values: Sequence[float]) -> float:
     return round(statistics.median(values), 3)
 
