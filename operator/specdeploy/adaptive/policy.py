@@ -155,6 +155,11 @@ def _basis(
     return kept.model_copy(update={"benchmark_measured_at": benchmark})
 
 
+def _bench_command(longest: int) -> str:
+    """The benchmark that measures every draft length up to ``longest``, for a message to give."""
+    return f"specdeploy bench NAME --tokens {','.join(map(str, range(longest + 1)))}"
+
+
 def _recommend(
     basis: api.SpeculationBasis | None,
     curve: CostCurve | None,
@@ -186,7 +191,7 @@ def _recommend(
             [],
             NO_BENCHMARK,
             f"{measured}; what each draft length costs on this hardware is not measured: run "
-            f"specdeploy bench NAME --tokens {','.join(map(str, range(longest + 1)))}",
+            f"{_bench_command(longest)}",
         )
     per_position = [float(a) for a in basis.per_position]
     chosen = drafting(curve, per_position, longest)
@@ -195,7 +200,7 @@ def _recommend(
             [],
             NO_BENCHMARK,
             f"{measured}; the benchmark of {curve.measured_at} measured no draft length from 1 to {longest}: "
-            f"run specdeploy bench NAME --tokens {','.join(map(str, range(longest + 1)))}",
+            f"run {_bench_command(longest)}",
         )
     schedule = schedule_of(curve, chosen)
     if all(r.tokens == 0 for r in schedule):
