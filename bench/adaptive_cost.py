@@ -24,8 +24,8 @@ THROUGHPUT = {0: (30, 55, 100, 150, 200), 1: (40, 70, 115, 150, 180), 2: (45, 72
               3: (48, 75, 100, 125, 140)}  # fmt: skip
 LENGTHS = {0: 1.0, 1: 1.45, 2: 1.7, 3: 1.86}
 SPEC = {
-    "verifier": {"model": "sandbox/tiny-qwen3"},
-    "speculator": {"model": "sandbox/tiny-qwen3-eagle3-partial", "numSpeculativeTokens": 3,
+    "verifier": {"model": "sandbox/tiny-qwen3-heavy"},
+    "speculator": {"model": "sandbox/tiny-qwen3-heavy-eagle3-partial", "numSpeculativeTokens": 3,
                    "adaptive": {"policy": "Apply"}},
 }  # fmt: skip
 

@@ -29,19 +29,22 @@ ORG = "sandbox"
 VERIFIER = f"{ORG}/tiny-qwen3"
 ACCEPT_ALL = f"{ORG}/tiny-qwen3-eagle3-accept-all"
 ACCEPT_NONE = f"{ORG}/tiny-qwen3-eagle3-accept-none"
-# Accepted about half the time at the first position, less after: the best draft length depends
-# on the batch size.
-PARTIAL = f"{ORG}/tiny-qwen3-eagle3-partial"
+# The verifier's tokens and hidden states from ten times the weights: a step costs what it reads,
+# so the draft length that pays depends on the batch size.
+HEAVY = f"{ORG}/tiny-qwen3-heavy"
+# Accepted about half the time at the first position, less after, for the heavy verifier.
+PARTIAL = f"{ORG}/tiny-qwen3-heavy-eagle3-partial"
 # Passes the pairing check but fails in the engine while loading (a weight of the wrong shape).
 BROKEN = f"{ORG}/tiny-qwen3-eagle3-broken"
 # Built for a verifier twice as wide: the pairing check refuses it (HiddenSizeMismatch).
 MISMATCHED = f"{ORG}/tiny-qwen3-eagle3-hidden256"
-MODEL_IDS = (VERIFIER, ACCEPT_ALL, ACCEPT_NONE, PARTIAL, BROKEN, MISMATCHED)
+MODEL_IDS = (VERIFIER, ACCEPT_ALL, ACCEPT_NONE, HEAVY, PARTIAL, BROKEN, MISMATCHED)
 DESCRIPTIONS = {
     VERIFIER: "the verifier (Qwen3ForCausalLM, 8 layers, hidden 128, ChatML template)",
     ACCEPT_ALL: "EAGLE-3 draft: every proposal accepted",
     ACCEPT_NONE: "EAGLE-3 draft: no proposal accepted",
-    PARTIAL: "EAGLE-3 draft: accepted about half the time at its first position, less after",
+    HEAVY: "the verifier with MLPs 16 times as wide (50 MB), its extra units writing nothing",
+    PARTIAL: "EAGLE-3 draft for the heavy verifier: accepted about half the time at its first position, less after",
     BROKEN: "EAGLE-3 draft that passes the pairing check, then fails to load in vLLM",
     MISMATCHED: "EAGLE-3 draft for hidden size 256: the pairing check refuses it",
 }

@@ -26,7 +26,10 @@ from pathlib import Path
 from typing import Any
 
 VERIFIER = "tiny-qwen3"
+HEAVY = "tiny-qwen3-heavy"
 HIDDEN = 128
+INTERMEDIATE = 256
+HEAVY_INTERMEDIATE = 4096
 LAYERS = 8
 VOCAB = 512
 DRAFT_VOCAB = 256
@@ -68,7 +71,7 @@ def _verifier(out: Path, hidden: int = HIDDEN) -> None:
     torch.manual_seed(SEED + hidden)
     config = Qwen3Config(
         hidden_size=hidden,
-        intermediate_size=256,
+        intermediate_size=INTERMEDIATE,
         num_hidden_layers=LAYERS,
         num_attention_heads=2,
         num_key_value_heads=1,
@@ -84,6 +87,32 @@ def _verifier(out: Path, hidden: int = HIDDEN) -> None:
     model = Qwen3ForCausalLM(config)
     with torch.no_grad():
         model.model.norm.weight.zero_()
+    model.save_pretrained(out)
+    _tokenizer(out)
+
+
+def _heavy_verifier(out: Path, verifier_dir: Path) -> None:
+    """The verifier with MLPs 16 times as wide whose extra units write nothing: the same tokens and
+    hidden states, but 50 MB of weights read per step instead of 5 (more than this CPU's last-level
+    cache). A step then costs about the same for 1 token as for 8, and grows beyond, as a large
+    model's does on a GPU, so the draft length that pays depends on the batch size."""
+    import torch
+    from transformers import Qwen3ForCausalLM
+
+    torch.manual_seed(SEED + HEAVY_INTERMEDIATE)
+    model = Qwen3ForCausalLM.from_pretrained(verifier_dir, dtype=torch.float32)
+    extra = HEAVY_INTERMEDIATE - INTERMEDIATE
+    with torch.no_grad():
+        for layer in model.model.layers:
+            mlp = layer.mlp
+            gate = torch.cat([mlp.gate_proj.weight, torch.randn(extra, HIDDEN) * 0.02])
+            up = torch.cat([mlp.up_proj.weight, torch.randn(extra, HIDDEN) * 0.02])
+            down = torch.cat([mlp.down_proj.weight, torch.zeros(HIDDEN, extra)], dim=1)
+            for name, weight in (("gate_proj", gate), ("up_proj", up), ("down_proj", down)):
+                linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+                linear.weight.copy_(weight)
+                setattr(mlp, name, linear)
+    model.config.intermediate_size = HEAVY_INTERMEDIATE
     model.save_pretrained(out)
     _tokenizer(out)
 
@@ -197,7 +226,8 @@ def build(out: Path, org: str) -> None:
     _verifier(verifier_dir)
     _speculator(out / f"{VERIFIER}-eagle3-accept-all", verifier_dir, verifier_id, offset=0)
     _speculator(out / f"{VERIFIER}-eagle3-accept-none", verifier_dir, verifier_id, offset=1)
-    _partial_speculator(out / f"{VERIFIER}-eagle3-partial", verifier_dir, verifier_id)
+    _heavy_verifier(out / HEAVY, verifier_dir)
+    _partial_speculator(out / f"{HEAVY}-eagle3-partial", out / HEAVY, f"{org}/{HEAVY}")
     _speculator(out / f"{VERIFIER}-eagle3-broken", verifier_dir, verifier_id, offset=0)
     _break_weights(out / f"{VERIFIER}-eagle3-broken")
     # Built against a wider verifier, so it reads hidden states of the wrong size: the pairing

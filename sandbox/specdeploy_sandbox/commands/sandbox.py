@@ -231,7 +231,7 @@ def _models(args: argparse.Namespace) -> int:
         return 1
     print(f"the tiny models are in {models.mirrors}; a running sandbox's hub serves them by id:")
     for model_id in tiny_models.MODEL_IDS:
-        print(f"  {model_id:<38} {tiny_models.DESCRIPTIONS[model_id]}")
+        print(f"  {model_id:<40} {tiny_models.DESCRIPTIONS[model_id]}")
     return 0
 
 
