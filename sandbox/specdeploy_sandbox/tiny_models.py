@@ -44,7 +44,7 @@ DESCRIPTIONS = {
     ACCEPT_ALL: "EAGLE-3 draft: every proposal accepted",
     ACCEPT_NONE: "EAGLE-3 draft: no proposal accepted",
     HEAVY: "the verifier with MLPs 16 times as wide (50 MB), its extra units writing nothing",
-    PARTIAL: "EAGLE-3 draft for the heavy verifier: accepted about half the time at its first position, less after",
+    PARTIAL: "EAGLE-3 draft for the heavy verifier: accepted at about half its first positions, fewer after",
     BROKEN: "EAGLE-3 draft that passes the pairing check, then fails to load in vLLM",
     MISMATCHED: "EAGLE-3 draft for hidden size 256: the pairing check refuses it",
 }
