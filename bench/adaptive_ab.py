@@ -1,14 +1,15 @@
 """Adaptive speculation on real engines: each static draft length against the schedule the operator applies.
 
 Starts a sandbox of its own with one engine node (five CPU engine slots: a pair, its baseline and
-a copy for each static draft length, all at once) and the operator as a real process. For each
-tiny pair in turn (the partial draft, the one always right, the one always wrong) it deploys the
-pair, runs `specdeploy bench --tokens 0,1,2,3 --interleave --repeats 3 --waves 24` (the baseline,
-the pair and each draft length at every batch size, taken in turn three times per concurrency,
-medians kept, each run at least 24 full batches), waits for the operator's recommendation, sets
-`policy: Apply`, waits for the pair to roll out with it, and runs the same benchmark again: the
-schedule and every static length side by side in one run. The pair is then deleted before the
-next. Writes each run's JSON and a plot per pair into --out, prints the tables; asserts nothing.
+three copies, all at once) and the operator as a real process. For each tiny pair in turn (the
+partial draft on the heavy verifier, the one always right, the one always wrong) it deploys the
+pair, runs `specdeploy bench --tokens 0,idle,1,2,3 --interleave --repeats 3 --waves 24` (the
+baseline, the pair, the draft loaded but idle, and each draft length at every batch size, taken
+in turn three times per concurrency, medians kept, each run at least 24 full batches), waits for
+the operator's recommendation, sets `policy: Apply`, waits for the pair to roll out with it, and
+runs the benchmark again without the idle draft: the schedule and every static length side by
+side in one run. The pair is then deleted before the next. Writes each run's JSON and a plot per
+pair into --out, prints the tables; asserts nothing.
 Every server is on loopback; every wait is bounded. About 45 minutes for the partial pair and 25
 for the accept-none pair on 2 cores.
 
@@ -37,9 +38,10 @@ PAIRS = {
     "tiny-accept-all": (tiny_models.VERIFIER, tiny_models.ACCEPT_ALL),
     "tiny-accept-none": (tiny_models.VERIFIER, tiny_models.ACCEPT_NONE),
 }
-# The draft lengths measured per pair: every one where the choice depends on them; for the draft
-# that is always wrong, the baseline and the pair's own length (turning it off needs no curve).
-TOKENS = {"tiny-partial": "0,1,2,3", "tiny-accept-all": "0,3", "tiny-accept-none": "0,3"}
+# The draft lengths measured per pair: every one where the choice depends on them, and the idle
+# draft a 0 beside drafting ranges runs; for the draft that is always wrong, the baseline and the
+# pair's own length (turning it off needs no curve).
+TOKENS = {"tiny-partial": "0,idle,1,2,3", "tiny-accept-all": "0,3", "tiny-accept-none": "0,3"}
 # Applying K = 3 everywhere changes no command: the static run already holds it side by side.
 UNCHANGED = [{"fromBatch": 1, "tokens": 3}]
 # Judged within seconds of the benchmark's traffic rather than the default 300 s window.
@@ -98,10 +100,11 @@ def bench(
 
 def show(name: str, tag: str, body: dict[str, Any], speculation: dict[str, Any]) -> None:
     print(f"\n{name} ({tag}), {body['seconds']} s; running: {speculation.get('appliedSchedule')}")
-    lengths = {length["tokens"]: length["results"] for length in body.get("draftLengths") or []}
+    lengths = {str(length["tokens"]): length["results"] for length in body.get("draftLengths") or []}
+    lengths.update({"0 idle": body["idleDraft"]} if body.get("idleDraft") else {})
     for index, level in enumerate(body["results"]):
         static = {k: lengths[k][index]["outputTokensPerSecond"] for k in lengths}
-        static = static or {0: level["baseline"]["outputTokensPerSecond"]}
+        static = static or {"0": level["baseline"]["outputTokensPerSecond"]}
         cells = "  ".join(f"K={k}: {static[k]:7.1f}" for k in sorted(static))
         best = max(static.values())
         running = level["speculative"]["outputTokensPerSecond"]
@@ -144,7 +147,8 @@ def run_pair(binary: Path, kubeconfig: Path, name: str, out: Path, load: list[st
     ] != UNCHANGED:
         time.sleep(10)  # the rolled-out Deployment's pods settle before the measured run
         off = all(r["tokens"] == 0 for r in speculation["appliedSchedule"])
-        side_by_side = bench(binary, kubeconfig, name, out, load, "applied", None if off else TOKENS[name])
+        lengths = None if off else TOKENS[name].replace(",idle", "")
+        side_by_side = bench(binary, kubeconfig, name, out, load, "applied", lengths)
         speculation = resource(binary, kubeconfig, name)["status"]["speculation"]
         show(name, "applied", side_by_side, speculation)
     else:
@@ -171,7 +175,9 @@ def main() -> int:
     load += ["--waves", args.waves]
     load += ["--input-len", args.input_len, "--output-len", args.output_len]
     args.out.mkdir(parents=True, exist_ok=True)
-    # Five engine slots: a pair, its baseline and a copy for each of three draft lengths at once.
+    # Five engine slots: a pair, its baseline and three copies at once (the other two draft lengths
+    # and the idle draft; then, beside a schedule, each static length). A sixth would not fit in
+    # 23 GiB (about 4 GiB per engine), so the run beside a schedule leaves the idle draft out.
     with engine_sandbox("bench-adaptive", 5, ("--acceptance-interval", "10")) as (binary, kubeconfig):
         kubectl(binary, kubeconfig, "create", "namespace", NAMESPACE)
         for name in args.pairs.split(","):

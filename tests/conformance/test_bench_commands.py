@@ -50,3 +50,17 @@ def test_the_load_is_what_was_meant(parse_all: ParseAll) -> None:
         "percentile_metrics": "ttft,tpot,itl,e2el", "metric_percentiles": "50,99",
         "save_result": True, "result_dir": "/tmp/r", "result_filename": None,
     }  # fmt: skip
+
+
+def test_vllm_runs_each_draft_length_copy_as_meant(parse_all: ParseAll) -> None:
+    """A draft-length copy drafts its length at every batch size; the idle copy loads the draft
+    and drafts none at any (vLLM's own expansion, what its scheduler looks up per step)."""
+    command = engines.render(spec_of(VALID["vllm"]["schedule"], "vllm")).command
+    engine = engines.engine_for("vllm")
+    copies = [engine.draft_length_command(command, 1), engine.idle_draft_command(command)]
+    one, idle = parse_all("vllm", copies)["results"]
+    assert one["ok"] and idle["ok"], (one["error"], idle["error"])
+    assert one["values"]["speculative_config"]["num_speculative_tokens"] == 1
+    assert "draft_lengths" not in one
+    assert idle["values"]["speculative_config"]["num_speculative_tokens"] == 3
+    assert set(idle["draft_lengths"]) == {0} and len(idle["draft_lengths"]) > 8

@@ -44,12 +44,15 @@ def annotation(
     measured_at: str = "2026-12-07T11:00:00Z",
     command: str = "c0",
     running: tuple[float, ...] | None = None,
+    idle: tuple[float, ...] | None = None,
 ) -> str:
-    """A benchmark summary as ``specdeploy bench --tokens`` writes it."""
+    """A benchmark summary as ``specdeploy bench --tokens`` writes it (``idle``: with ``idle``)."""
     by = lambda values: {str(c): v for c, v in zip(CONCURRENCIES, values, strict=True)}  # noqa: E731
     ran = running or throughput[3]
+    measured_idle = {"idleDraft": {"outputTokensPerSecond": by(idle)}} if idle else {}
     return json.dumps(
         {
+            **measured_idle,
             "measuredAt": measured_at,
             "command": command,
             "speedup": by([r / b for r, b in zip(ran, throughput[0], strict=True)]),
@@ -108,6 +111,35 @@ def test_the_best_length_per_range() -> None:
     assert adaptive.best(CURVE, [0.45], 3)[0].tokens == 1
     # A draft that is always right makes 4 tokens a step: three drafted pay at every concurrency.
     assert adaptive.best(CURVE, [1.0, 1.0, 1.0], 3) == [Range(1, None, 3)]
+
+
+def test_a_measured_idle_draft_prices_the_0_that_runs_it() -> None:
+    """The partial pair on the heavy verifier (vLLM on CPU, offline runs, 2026-12-07): three
+    draft tokens give 1.68x at batch 1, every length loses about 30% at 16, and the draft loaded
+    but idle costs 3% there. Priced, the 0 at 16 wins; unpriced, the schedule drafts everywhere."""
+    heavy = {0: (131.9, 461.6, 1167.9), 1: (133.3, 480.6, 842.4), 2: (155.3, 432.9, 783.6),
+             3: (221.7, 493.5, 817.0)}  # fmt: skip
+    per_position = [0.45, 0.25, 0.16]
+    priced = adaptive.parse(annotation(heavy, idle=(125.0, 440.0, 1136.2)))
+    unpriced = adaptive.parse(annotation(heavy))
+    assert priced is not None and unpriced is not None
+    schedule = adaptive.best(priced, per_position, 3)
+    assert schedule == [Range(1, 15, 3), Range(16, None, 0)]
+    assert adaptive.predicted(priced, per_position, schedule) == pytest.approx(
+        [1.681, 1.069, 0.973], abs=1e-3
+    )
+    assert adaptive.predicted(unpriced, per_position, schedule)[2] is None
+    assert adaptive.best(unpriced, per_position, 3) == [Range(1, 15, 3), Range(16, None, 1)]
+    # An idle draft within the noise of the length it would replace changes nothing.
+    noisy = json.loads(annotation(heavy, idle=(125.0, 440.0, 860.0)))
+    noisy["idleDraft"]["spread"] = {"16": 0.05}
+    assert adaptive.best(adaptive.parse(json.dumps(noisy)), per_position, 3)[-1].tokens == 1  # type: ignore[arg-type]
+    # An idle draft slower than drafting one token is no reason for a 0.
+    costly = adaptive.parse(annotation(heavy, idle=(60.0, 200.0, 700.0)))
+    assert costly is not None and adaptive.best(costly, per_position, 3) == [
+        Range(1, 15, 3),
+        Range(16, None, 1),
+    ]
 
 
 def test_a_draft_that_gains_less_than_it_loses_is_turned_off() -> None:
@@ -245,7 +277,7 @@ def test_recommend_waits_for_acceptance_then_for_a_benchmark() -> None:
     assert waiting.notices == () and waiting.speculation.recommended_schedule == []
     unmeasured = adaptive.decide(spec_of("Recommend"), body_with(None), figures(PARTIAL), None, "c0", T0)
     assert unmeasured.speculation is not None and unmeasured.speculation.reason == NO_BENCHMARK
-    assert "specdeploy bench NAME --tokens 0,1,2,3" in unmeasured.speculation.message
+    assert "specdeploy bench NAME --tokens 0,idle,1,2,3" in unmeasured.speculation.message
     baseline_only = adaptive.parse(annotation({0: THROUGHPUT[0]}, running=THROUGHPUT[3]))
     assert baseline_only is not None
     found = adaptive.decide(spec_of("Recommend"), body_with(None), figures(PARTIAL), baseline_only, "c0", T0)

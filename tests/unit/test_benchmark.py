@@ -12,8 +12,9 @@ import pytest
 import yaml
 
 from specdeploy import api, engines
+from specdeploy.adaptive import costs
 from specdeploy.children.labels import owner_reference
-from specdeploy.cli.bench import _levels
+from specdeploy.cli.bench import _draft_lengths, _levels
 from specdeploy.engines import vllm
 from specdeploy.speedup import load, manifests, report, results
 from specdeploy.speedup.driver import MARK
@@ -485,7 +486,55 @@ def test_a_draft_length_copy_is_the_baseline_pod_with_that_length() -> None:
     assert engine["resources"] == _engine_container(base)["resources"]
 
 
-def _draft_log(tokens: int, throughputs: dict[int, float]) -> str:
+def test_draft_lengths_of_the_command_line() -> None:
+    assert _draft_lengths("3,0,idle,1,1") == (0, 1, 3, "idle")
+    assert _draft_lengths("0,2") == (0, 2)
+    for bad in ("idle", "x", "-1", "0,99"):
+        with pytest.raises(Exception, match=r"draft lengths"):
+            _draft_lengths(bad)
+
+
+def test_the_idle_draft_copy_loads_the_draft_and_drafts_nothing() -> None:
+    """What a 0 beside ranges that draft runs: the same config, 0 at every batch size."""
+    deployment = _golden("qwen3-30b-a3b-instruct-2507-eagle3", "Deployment")
+    idle, service = manifests.draft_length(deployment, "qwen", manifests.job_owner(RUN), "idle")
+    assert idle["metadata"]["name"] == "qwen-draft-idle" == service["metadata"]["name"]
+    config = vllm.running_config(_engine_container(idle)["command"])
+    running = vllm.running_config(_engine_container(deployment)["command"])
+    assert config is not None and running is not None
+    assert config == {**running, vllm.SCHEDULE_KEY: [[1, api.MAX_BATCH_SIZE, 0]]}
+    command = _engine_container(deployment)["command"]
+    with pytest.raises(ValueError, match="SGLang"):
+        engines.engine_for("sglang").idle_draft_command(command)
+    with pytest.raises(ValueError, match="no --speculative-config"):
+        engines.engine_for("vllm").idle_draft_command(vllm.VllmEngine().baseline_command(command))
+
+
+def test_the_idle_draft_is_measured_against_the_same_baseline_and_kept_for_the_operator() -> None:
+    log = _log(
+        {("baseline", 1): 50.0, ("speculative", 1): 100.0, ("baseline", 4): 400.0, ("speculative", 4): 300.0}
+    )
+    logs: dict[load.Variant, str | None] = {0: None, 3: None, "idle": _draft_log("idle", {1: 45.0, 4: 380.0})}
+    measured = results.with_draft_lengths(results.compare(log, "vllm", (1, 4)), logs, "vllm")
+    assert measured.idle_draft is not None
+    assert [(r.output_tokens_per_second, r.speedup) for r in measured.idle_draft] == [
+        (45.0, 0.9),
+        (380.0, 0.95),
+    ]
+    assert [length.tokens for length in measured.draft_lengths] == [0, 3]
+    body = json.loads(report.summary(measured, results_time(), {}, "abc"))
+    assert body["idleDraft"] == {
+        "outputTokensPerSecond": {"1": 45.0, "4": 380.0},
+        "spread": {"1": 0.0, "4": 0.0},
+    }
+    curve = costs.parse(json.dumps(body))
+    assert curve is not None and curve.idle == (45.0, 380.0) and curve.idle_spread == (0.0, 0.0)
+    assert "K=0, DRAFT IDLE" in report.table(measured) and "380.0 (0.95x)" in report.table(measured)
+    without = {k: v for k, v in body.items() if k != "idleDraft"}
+    assert (curve := costs.parse(json.dumps(without))) is not None and curve.idle is None
+
+
+def _draft_log(tokens: load.Variant, throughputs: dict[int, float]) -> str:
     lines = []
     for concurrency, value in throughputs.items():
         record: dict[str, Any] = {
@@ -538,7 +587,9 @@ def test_plot_with_draft_lengths_is_written(tmp_path: Path) -> None:
 
     log = _log({("baseline", 1): 50.0, ("speculative", 1): 100.0})
     comparison = results.with_draft_lengths(
-        results.compare(log, "vllm", (1,)), {0: None, 1: _draft_log(1, {1: 75.0})}, "vllm"
+        results.compare(log, "vllm", (1,)),
+        {0: None, 1: _draft_log(1, {1: 75.0}), "idle": _draft_log("idle", {1: 45.0})},
+        "vllm",
     )
     path = tmp_path / "bench.png"
     plot(comparison, "title", path)

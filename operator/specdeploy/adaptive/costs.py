@@ -17,7 +17,9 @@ class CostCurve:
 
     ``command``: digest of the command the resource ran while measured; ``running``: its own
     output tokens/s then (what a schedule it ran delivered); ``spread``: how far each figure's
-    repeats lay from it, relative (0 where it ran once, or a summary predates it)."""
+    repeats lay from it, relative (0 where it ran once, or a summary predates it); ``idle``: the
+    output tokens/s with the draft loaded and drafting none, what a 0 range beside ranges that
+    draft costs (None unless measured), and ``idle_spread`` its spreads."""
 
     measured_at: str
     command: str
@@ -26,6 +28,8 @@ class CostCurve:
     mean_length: Mapping[int, tuple[float, ...]]
     running: tuple[float, ...]
     spread: Mapping[int, tuple[float, ...]]
+    idle: tuple[float, ...] | None = None
+    idle_spread: tuple[float, ...] = ()
 
     def noise(self, tokens: int, other: int, index: int) -> float:
         """How far apart two draft lengths' figures at the ``index``-th concurrency may lie by the
@@ -109,6 +113,8 @@ def parse(annotation: str | None) -> CostCurve | None:
     )
     if 0 not in throughput or running is None:
         return None
+    idle: dict[str, Any] = body["idleDraft"] if isinstance(body.get("idleDraft"), dict) else {}
+    idle_throughput = _series(idle.get("outputTokensPerSecond"), concurrencies)
     return CostCurve(
         measured_at=str(body.get("measuredAt", "")),
         command=str(body.get("command", "")),
@@ -117,4 +123,6 @@ def parse(annotation: str | None) -> CostCurve | None:
         mean_length=mean_length,
         running=running,
         spread=spread,
+        idle=idle_throughput,
+        idle_spread=_spreads(idle.get("spread"), concurrencies),
     )

@@ -8,9 +8,10 @@ step). The speed-up of K at a batch size is then ``E(K) / cost(K)``; the baselin
 
 A 0 is the baseline only where it is 0 at every batch size (served without the draft). Beside
 ranges that draft, the engine runs the draft's first pass on every step to keep its cache
-current (vLLM 0.32.0 does so at a per-batch-size 0), which the benchmark does not measure and
-which cost 0.54x the baseline at concurrency 1 in the sandbox; so a schedule either drafts at
-every batch size or is off everywhere. docs/adaptive.md derives it and works an example.
+current (vLLM 0.32.0 does so at a per-batch-size 0), so such a 0 is priced by the benchmark's
+idle draft (``specdeploy bench --tokens 0,idle,...``: the draft loaded, drafting nothing); where
+that was not measured, a schedule either drafts at every batch size or is off everywhere.
+docs/adaptive.md derives it and works an example.
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ def speedup(curve: CostCurve, per_position: Sequence[float], tokens: int, index:
     return expected_tokens(per_position, tokens) / curve.step_cost(tokens, index)
 
 
+def idle_speedup(curve: CostCurve, index: int) -> float | None:
+    """Output tokens/s with the draft loaded and drafting none over the baseline's, at the
+    ``index``-th concurrency; None unless the benchmark measured it."""
+    return None if curve.idle is None else curve.idle[index] / curve.throughput[0][index]
+
+
 def tokens_at(schedule: Sequence[Range], batch: int) -> int:
     """The draft length a schedule gives a batch size."""
     return next(
@@ -70,7 +77,8 @@ def drafting(curve: CostCurve, per_position: Sequence[float], longest: int) -> l
     """Per measured concurrency, the draft length (among those measured, from 1 up to ``longest``
     and to the positions measured) with the highest expected speed-up, the shorter on a tie; the
     longest of them where the best is within the run's noise of it (a difference the repeats do
-    not resolve is no reason for another range). Empty when no such length was measured."""
+    not resolve is no reason for another range); 0, where the idle draft was measured and beats
+    that beyond the noise. Empty when no such length was measured."""
     candidates = [k for k in curve.lengths if 0 < k <= min(longest, len(per_position))]
     if not candidates:
         return []
@@ -81,7 +89,11 @@ def drafting(curve: CostCurve, per_position: Sequence[float], longest: int) -> l
         tokens = max(candidates, key=lambda k: (scores[k], -k))
         if scores[tokens] <= scores[reference] * (1 + curve.noise(tokens, reference, i)):
             tokens = reference
-        found.append(Choice(tokens, scores[tokens], curve.noise(tokens, 0, i)))
+        idle = idle_speedup(curve, i)
+        if idle is not None and idle > scores[tokens] * (1 + curve.idle_spread[i] + curve.spread[tokens][i]):
+            found.append(Choice(0, round(idle, 6), curve.idle_spread[i] + curve.spread[0][i]))
+        else:
+            found.append(Choice(tokens, scores[tokens], curve.noise(tokens, 0, i)))
     return found
 
 
@@ -121,13 +133,16 @@ def predicted(
     curve: CostCurve, per_position: Sequence[float], schedule: Sequence[Range]
 ) -> list[float | None]:
     """A schedule's expected speed-up at each measured concurrency (None where it drafts a length
-    the benchmark did not measure, or 0 beside ranges that draft: the draft runs there unpriced)."""
+    the benchmark did not measure, or 0 beside ranges that draft while the idle draft that runs
+    there was not measured)."""
     drafts = any(r.tokens for r in schedule)
     found: list[float | None] = []
     for i, concurrency in enumerate(curve.concurrencies):
         tokens = tokens_at(schedule, concurrency)
-        priced = tokens in curve.throughput and not (drafts and tokens == 0)
-        found.append(speedup(curve, per_position, tokens, i) if priced else None)
+        if drafts and tokens == 0:
+            found.append(idle_speedup(curve, i))
+        else:
+            found.append(speedup(curve, per_position, tokens, i) if tokens in curve.throughput else None)
     return found
 
 

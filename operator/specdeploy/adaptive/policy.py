@@ -156,8 +156,9 @@ def _basis(
 
 
 def _bench_command(longest: int) -> str:
-    """The benchmark that measures every draft length up to ``longest``, for a message to give."""
-    return f"specdeploy bench NAME --tokens {','.join(map(str, range(longest + 1)))}"
+    """The benchmark that measures every draft length up to ``longest`` and the idle draft, for a
+    message to give."""
+    return f"specdeploy bench NAME --tokens 0,idle,{','.join(map(str, range(1, longest + 1)))}"
 
 
 def _recommend(
@@ -205,7 +206,8 @@ def _recommend(
     schedule = schedule_of(curve, chosen)
     if all(r.tokens == 0 for r in schedule):
         expected = ", ".join(
-            f"{choice.speedup:.2f}x (±{choice.noise:.0%}) drafting {choice.tokens} at {c}"
+            f"{choice.speedup:.2f}x (±{choice.noise:.0%}) "
+            f"{f'drafting {choice.tokens}' if choice.tokens else 'with the draft idle'} at {c}"
             for choice, c in zip(chosen, curve.concurrencies, strict=True)
         )
         return (

@@ -15,6 +15,7 @@ from typing import Any
 
 from specdeploy import api
 from specdeploy.cli.results import add_output_flag, dump
+from specdeploy.speedup.load import IDLE, Variant
 
 
 def _positive(text: str) -> int:
@@ -36,16 +37,20 @@ def _levels(text: str) -> tuple[int, ...]:
     return levels
 
 
-def _draft_lengths(text: str) -> tuple[int, ...]:
+def _draft_lengths(text: str) -> tuple[Variant, ...]:
+    parts = {part.strip() for part in text.split(",") if part.strip()}
+    idle: tuple[Variant, ...] = (IDLE,) if IDLE in parts else ()
     try:
-        lengths = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
+        lengths = sorted({int(part) for part in parts - {IDLE}})
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"a comma-separated list of draft lengths, got {text!r}") from exc
+        raise argparse.ArgumentTypeError(
+            f"a comma-separated list of draft lengths and {IDLE}, got {text!r}"
+        ) from exc
     if not lengths or lengths[0] < 0 or lengths[-1] > api.MAX_SPECULATIVE_TOKENS:
         raise argparse.ArgumentTypeError(
             f"draft lengths from 0 to {api.MAX_SPECULATIVE_TOKENS}, got {text!r}"
         )
-    return lengths
+    return (*lengths, *idle)
 
 
 def register(subparsers: Any) -> None:
@@ -69,9 +74,10 @@ def register(subparsers: Any) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--tokens", type=_draft_lengths, default=(), metavar="K,K,...",
-        help="also measure these draft lengths at every batch size (0: the baseline), one engine copy "
-        "at a time (all at once with --interleave): the cost curve the operator's adaptive "
-        "speculation reads (vLLM; e.g. 0,1,2,3)",
+        help="also measure these draft lengths at every batch size (0: the baseline; idle: the "
+        "draft loaded and drafting none, what a 0 range beside ranges that draft runs), one engine "
+        "copy at a time (all at once with --interleave): the cost curve the operator's adaptive "
+        "speculation reads (vLLM; e.g. 0,idle,1,2,3)",
     )  # fmt: skip
     parser.add_argument(
         "--interleave", action="store_true",
@@ -167,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         speculative_pod = session.start()
         baseline_pod = session.start_baseline()
-        logs: dict[int, str | None] = {}
+        logs: dict[Variant, str | None] = {}
         if args.tokens and args.interleave:
             log, logs = session.measure_together(speculative_pod, baseline_pod)
         else:

@@ -125,6 +125,11 @@ class Engine(Protocol):
         when the engine cannot say so in its command."""
         ...
 
+    def idle_draft_command(self, command: Sequence[str]) -> list[str]:
+        """``command`` with the draft loaded and drafting nothing at any batch size; ValueError
+        when the engine cannot say so in its command."""
+        ...
+
 
 @dataclass(frozen=True)
 class OwnedFlag:

@@ -263,6 +263,11 @@ class SglangEngine:
             "tokens together"
         )
 
+    def idle_draft_command(self, command: Sequence[str]) -> list[str]:
+        """Refused: SGLang has no draft length per batch size, so it never loads a draft it does
+        not run."""
+        raise ValueError(f"measuring an idle draft needs vLLM: SGLang {VERSION} has no per-batch-size length")
+
     def baseline_command(self, command: Sequence[str]) -> list[str]:
         """Every ``--speculative-*`` option dropped; ``--mem-fraction-static`` stays as rendered, so
         the baseline keeps the same static pool (the draft's share becomes spare memory)."""

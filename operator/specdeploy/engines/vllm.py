@@ -186,5 +186,20 @@ class VllmEngine:
             raise ValueError(f"the command has no {SPECULATIVE_CONFIG} to set the draft length in")
         config["num_speculative_tokens"] = tokens
         config.pop(SCHEDULE_KEY, None)
-        argv[argv.index(SPECULATIVE_CONFIG) + 1] = json.dumps(config, separators=(",", ":"))
-        return argv
+        return _with_config(argv, config)
+
+    def idle_draft_command(self, command: Sequence[str]) -> list[str]:
+        """The rendered ``--speculative-config`` with the draft loaded and 0 tokens at every batch
+        size: what a 0 range beside ranges that draft runs (the draft's first pass on every step)."""
+        argv = list(command)
+        config = running_config(argv)
+        if config is None:
+            raise ValueError(f"the command has no {SPECULATIVE_CONFIG} to load the draft from")
+        config[SCHEDULE_KEY] = [[1, api.MAX_BATCH_SIZE, 0]]
+        return _with_config(argv, config)
+
+
+def _with_config(argv: list[str], config: dict[str, Any]) -> list[str]:
+    """``argv`` with ``config`` as its ``--speculative-config``."""
+    argv[argv.index(SPECULATIVE_CONFIG) + 1] = json.dumps(config, separators=(",", ":"))
+    return argv

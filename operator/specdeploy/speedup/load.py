@@ -12,11 +12,17 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from importlib import resources
+from typing import Final, Literal, TypeAlias
 
 from specdeploy.api import EngineName
 from specdeploy.enginefacts import facts_for
 
 SPECULATIVE, BASELINE = "speculative", "baseline"
+# The engine copy with the draft loaded and drafting 0 tokens at every batch size (``--tokens
+# idle``): what a 0 range beside ranges that draft costs.
+IDLE: Final = "idle"
+# What an engine copy of ``--tokens`` runs: a draft length at every batch size, or the idle draft.
+Variant: TypeAlias = int | Literal["idle"]
 PERCENTILES = "50,99"
 # Tokens per prompt and per completion when not given: a chat turn of moderate length. A pair
 # whose context is shorter gets both halved together until one request fits (``fit``).
@@ -107,9 +113,9 @@ def plan(
     )
 
 
-def draft_length_target(tokens: int) -> str:
-    """The target name of the engine copy drafting ``tokens`` tokens."""
-    return f"draft-{tokens}"
+def draft_length_target(variant: Variant) -> str:
+    """The target name of the engine copy drafting ``variant`` tokens (or idle)."""
+    return f"draft-{variant}"
 
 
 def targets_plan(

@@ -19,6 +19,7 @@ from typing import Any
 from specdeploy import api, children, engines
 from specdeploy.api.engine_pod import NAME_LABEL
 from specdeploy.children.labels import owner_reference
+from specdeploy.speedup.load import Variant
 
 BENCHMARK_OF_LABEL = f"{api.GROUP}/benchmark-of"
 ROLE_LABEL = f"{api.GROUP}/benchmark-role"
@@ -154,23 +155,24 @@ def baseline(
 
 
 def draft_length(
-    speculative: dict[str, Any], name: str, owner: dict[str, Any], tokens: int
+    speculative: dict[str, Any], name: str, owner: dict[str, Any], variant: Variant
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A copy of the engine like the baseline, drafting ``tokens`` tokens at every batch size:
-    one point of the cost curve ``specdeploy bench --tokens`` measures."""
+    """A copy of the engine like the baseline, drafting ``variant`` tokens at every batch size, or
+    with the draft loaded and idle: one point of the cost curve ``specdeploy bench --tokens``
+    measures."""
     engine = engines.engine_for(speculative["metadata"]["labels"][children.ENGINE_LABEL])
-    return _engine_copy(
-        speculative,
-        name,
-        owner,
-        "draft-length",
-        draft_length_name(name, tokens),
-        lambda command: engine.draft_length_command(command, tokens),
-    )
+
+    def command(argv: list[str]) -> list[str]:
+        if isinstance(variant, int):
+            return engine.draft_length_command(argv, variant)
+        return engine.idle_draft_command(argv)
+
+    return _engine_copy(speculative, name, owner, "draft-length", draft_length_name(name, variant), command)
 
 
-def draft_length_name(name: str, tokens: int) -> str:
-    return child_name(name, f"{ROLE_SUFFIX['draft-length']}{tokens}")
+def draft_length_name(name: str, variant: Variant) -> str:
+    suffix = ROLE_SUFFIX["draft-length"]
+    return child_name(name, f"{suffix}{variant}" if isinstance(variant, int) else f"{suffix}-{variant}")
 
 
 def _engine_copy(

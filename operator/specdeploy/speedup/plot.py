@@ -54,12 +54,17 @@ def plot(comparison: Comparison, title: str, path: Path) -> None:
     ):
         medians = [f.output_tokens_per_second for f in found]
         _spread(throughput, x, [f.samples for f in found], medians, str(style["color"]))
-    for length in comparison.draft_lengths:
-        if length.tokens:
-            medians = [r.output_tokens_per_second for r in length.results]
-            label = f"{length.tokens} draft tokens at every batch size"
+    copies = [
+        (f"{length.tokens} draft tokens at every batch size", length.results)
+        for length in comparison.draft_lengths
+        if length.tokens
+    ]
+    copies += [("draft loaded, 0 tokens at every batch size", comparison.idle_draft or [])]
+    for label, results in copies:
+        if results:
+            medians = [r.output_tokens_per_second for r in results]
             [line] = throughput.plot(x, medians, linestyle=":", marker=".", label=label)
-            _spread(throughput, x, [r.samples for r in length.results], medians, line.get_color())
+            _spread(throughput, x, [r.samples for r in results], medians, line.get_color())
     for ax, _, _ in panels:
         ax.legend()
     speedup = axes[0][1]

@@ -43,6 +43,7 @@ def spread_line(comparison: Comparison) -> str | None:
     figures = [side for level in comparison.results for side in (level.speculative, level.baseline)]
     cells = [(f.output_tokens_per_second, f.samples) for f in figures]
     cells += [(r.output_tokens_per_second, r.samples) for k in comparison.draft_lengths for r in k.results]
+    cells += [(r.output_tokens_per_second, r.samples) for r in comparison.idle_draft or []]
     repeats = min(len(samples) for _, samples in cells)
     if repeats < 2:
         return None
@@ -91,7 +92,8 @@ def summary(comparison: Comparison, measured_at: datetime, load: dict[str, objec
 
     ``command``: the digest of the command the resource ran; with draft lengths measured, each
     one's output tokens/s and tokens per verifier step by concurrency (the cost curve the
-    operator's adaptive speculation reads, ``adaptive.costs``)."""
+    operator's adaptive speculation reads, ``adaptive.costs``), and the idle draft's output
+    tokens/s when measured (what a 0 range beside ranges that draft costs)."""
     body: dict[str, object] = {
         "measuredAt": measured_at.strftime(api.TIME_FORMAT),
         "command": command,
@@ -129,18 +131,26 @@ def summary(comparison: Comparison, measured_at: datetime, load: dict[str, objec
             }
             for length in comparison.draft_lengths
         }
+    if comparison.idle_draft is not None:
+        body["idleDraft"] = {
+            "outputTokensPerSecond": {
+                str(r.concurrency): r.output_tokens_per_second for r in comparison.idle_draft
+            },
+            "spread": {
+                str(r.concurrency): round(spread(r.output_tokens_per_second, r.samples), 3)
+                for r in comparison.idle_draft
+            },
+        }
     return json.dumps(body, separators=(",", ":"))
 
 
 def draft_length_table(comparison: Comparison) -> str:
     """Output tokens/s (and the speed-up over the baseline) of each draft length by concurrency."""
-    lengths = comparison.draft_lengths
-    rows = [("CONCURRENCY", *(f"K={length.tokens}" for length in lengths), "AS RUNNING")]
+    columns = [(f"K={length.tokens}", length.results) for length in comparison.draft_lengths]
+    columns += [("K=0, DRAFT IDLE", comparison.idle_draft)] if comparison.idle_draft is not None else []
+    rows = [("CONCURRENCY", *(title for title, _ in columns), "AS RUNNING")]
     for index, level in enumerate(comparison.results):
-        cells = [
-            f"{length.results[index].output_tokens_per_second:.1f} ({length.results[index].speedup:.2f}x)"
-            for length in lengths
-        ]
+        cells = [f"{f[index].output_tokens_per_second:.1f} ({f[index].speedup:.2f}x)" for _, f in columns]
         running = f"{level.speculative.output_tokens_per_second:.1f} ({level.speedup:.2f}x)"
         rows.append((str(level.concurrency), *cells, running))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

@@ -14,7 +14,7 @@ from specdeploy.acceptance import NoSpeculationMetrics, SpecCounters, counters
 from specdeploy.api import EngineName
 from specdeploy.api.base import ApiModel
 from specdeploy.speedup.driver import MARK
-from specdeploy.speedup.load import BASELINE, SPECULATIVE, draft_length_target
+from specdeploy.speedup.load import BASELINE, IDLE, SPECULATIVE, Variant, draft_length_target
 
 # Speculation pays at a concurrency when the speculative engine delivers more output tokens per
 # second than the baseline; at or below this ratio it does not.
@@ -84,12 +84,14 @@ class Comparison(ApiModel):
     """Every level, in the order run; ``paysAt`` the concurrencies where the speed-up exceeds 1;
     ``stopsPayingAbove`` the last of those before the first that does not (0 when even the lowest
     does not), None when it pays at every level measured; ``draftLengths`` the static draft
-    lengths measured besides (``--tokens``), each against the same baseline."""
+    lengths measured besides (``--tokens``), each against the same baseline; ``idleDraft`` the
+    engine with its draft loaded and drafting none (``--tokens idle``), None unless measured."""
 
     results: list[Level]
     pays_at: list[int]
     stops_paying_above: int | None
     draft_lengths: list[DraftLength] = Field(default_factory=list)
+    idle_draft: list[DraftLengthLevel] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True)
@@ -213,35 +215,46 @@ def verdict(levels: list[Level]) -> Comparison:
     return Comparison(results=ordered, pays_at=pays, stops_paying_above=stops)
 
 
-def with_draft_lengths(comparison: Comparison, logs: dict[int, str | None], engine: EngineName) -> Comparison:
+def with_draft_lengths(
+    comparison: Comparison, logs: dict[Variant, str | None], engine: EngineName
+) -> Comparison:
     """``comparison`` with each draft length of ``logs`` measured against its baseline: from the
     log of the load Job that ran the engine copy drafting that many tokens, or (None) from the
     speculative runs when the resource itself drafts that many at every batch size; 0 is the
-    baseline itself."""
+    baseline itself. ``IDLE``, the copy with its draft loaded and drafting none, goes to
+    ``idleDraft``."""
+    lengths = [
+        DraftLength(tokens=tokens, results=_levels(comparison, tokens, log, engine))
+        for tokens, log in sorted((k, v) for k, v in logs.items() if isinstance(k, int))
+    ]
+    idle = _levels(comparison, IDLE, logs[IDLE], engine) if IDLE in logs else None
+    return comparison.model_copy(update={"draft_lengths": lengths, "idle_draft": idle})
+
+
+def _levels(
+    comparison: Comparison, variant: Variant, log: str | None, engine: EngineName
+) -> list[DraftLengthLevel]:
+    """Each level of one engine copy of ``--tokens`` (see :func:`with_draft_lengths`)."""
     concurrencies = tuple(level.concurrency for level in comparison.results)
-    measured = []
-    for tokens in sorted(logs):
-        log = logs[tokens]
-        levels = []
-        runs = {} if log is None else _runs(log, (draft_length_target(tokens),), concurrencies)
-        for level in comparison.results:
-            base = level.baseline.output_tokens_per_second
-            if tokens == 0:
-                found, accepted = level.baseline, None
-            elif log is None:
-                found, accepted = level.speculative, level.acceptance
-            else:
-                copy_runs = runs[(draft_length_target(tokens), level.concurrency)]
-                found = figures(copy_runs)
-                accepted = acceptance(engine, copy_runs)
-            levels.append(
-                DraftLengthLevel(
-                    concurrency=level.concurrency,
-                    output_tokens_per_second=found.output_tokens_per_second,
-                    speedup=round(found.output_tokens_per_second / base, 3) if base else 0.0,
-                    acceptance=accepted,
-                    samples=found.samples,
-                )
+    runs = {} if log is None else _runs(log, (draft_length_target(variant),), concurrencies)
+    levels = []
+    for level in comparison.results:
+        base = level.baseline.output_tokens_per_second
+        if variant == 0:
+            found, accepted = level.baseline, None
+        elif log is None:
+            found, accepted = level.speculative, level.acceptance
+        else:
+            copy_runs = runs[(draft_length_target(variant), level.concurrency)]
+            found = figures(copy_runs)
+            accepted = acceptance(engine, copy_runs)
+        levels.append(
+            DraftLengthLevel(
+                concurrency=level.concurrency,
+                output_tokens_per_second=found.output_tokens_per_second,
+                speedup=round(found.output_tokens_per_second / base, 3) if base else 0.0,
+                acceptance=accepted,
+                samples=found.samples,
             )
-        measured.append(DraftLength(tokens=tokens, results=levels))
-    return comparison.model_copy(update={"draft_lengths": measured})
+        )
+    return levels

@@ -29,7 +29,15 @@ from specdeploy.engines import vllm
 from specdeploy.exitcodes import CommandFailed, ExitCode
 from specdeploy.planning.gpus import PRODUCT_LABEL
 from specdeploy.speedup import manifests
-from specdeploy.speedup.load import BASELINE, SPECULATIVE, Load, command, draft_length_target, targets_plan
+from specdeploy.speedup.load import (
+    BASELINE,
+    SPECULATIVE,
+    Load,
+    Variant,
+    command,
+    draft_length_target,
+    targets_plan,
+)
 from specdeploy.speedup.results import Comparison
 
 EXIT_USAGE = ExitCode.BAD_INPUT
@@ -58,11 +66,17 @@ class Options:
     load_image: str | None = None
     timeout: int = 3600
     schedule_timeout: int = 120
-    # Draft lengths measured besides the resource as it runs (``--tokens``; 0 is the baseline).
-    tokens: tuple[int, ...] = ()
+    # Draft lengths measured besides the resource as it runs (``--tokens``; 0 is the baseline,
+    # ``IDLE`` the draft loaded and drafting nothing).
+    tokens: tuple[Variant, ...] = ()
     # Every engine copy of ``tokens`` at once, measured in turn with the resource and the
     # baseline in one load Job (``--interleave``), rather than one copy after the other.
     interleave: bool = False
+
+
+def drafting(variant: Variant) -> str:
+    """What an engine copy of ``--tokens`` does, in words."""
+    return f"drafting {variant} tokens" if isinstance(variant, int) else "with the draft idle"
 
 
 def say(message: str) -> None:
@@ -449,7 +463,7 @@ class Session:
                 "Benchmark it without --tokens, or set spec.speculator.adaptive.policy to Recommend first",
             )
         longest = int(config["num_speculative_tokens"])
-        over = [k for k in self.options.tokens if k > longest]
+        over = [k for k in self.options.tokens if isinstance(k, int) and k > longest]
         if over:
             raise BenchError(
                 EXIT_USAGE,
@@ -457,30 +471,30 @@ class Session:
                 "(spec.speculator.numSpeculativeTokens), and acceptance is measured per position up to that",
             )
 
-    def _copies(self) -> tuple[dict[int, str | None], list[int]]:
+    def _copies(self) -> tuple[dict[Variant, str | None], list[Variant]]:
         """(None for each length of ``--tokens`` measured without a copy: 0, the baseline, and the
         length the resource itself drafts at every batch size; the lengths that need one)."""
         own = self._own_draft_length()
-        measured: dict[int, str | None] = {k: None for k in self.options.tokens if k in (0, own)}
+        measured: dict[Variant, str | None] = {k: None for k in self.options.tokens if k in (0, own)}
         return measured, [k for k in self.options.tokens if k not in measured]
 
-    def _start_copy(self, tokens: int) -> tuple[str, dict[str, str]]:
+    def _start_copy(self, tokens: Variant) -> tuple[str, dict[str, str]]:
         """Start the engine copy drafting ``tokens``, owned by the anchor; (its name, its selector)."""
         deployment, service = manifests.draft_length(
             self.deployment, self.name, manifests.job_owner(self._anchor()), tokens
         )
         name = deployment["metadata"]["name"]
-        say(f"starting {self.namespace}/{name}: the engine drafting {tokens} tokens at every batch size")
+        say(f"starting {self.namespace}/{name}: the engine {drafting(tokens)} at every batch size")
         self.kube.apply(deployment)
         self.kube.apply(service)
         return name, deployment["spec"]["selector"]["matchLabels"]
 
-    def _copy_ready(self, tokens: int, selector: dict[str, str]) -> tuple[str, str]:
+    def _copy_ready(self, tokens: Variant, selector: dict[str, str]) -> tuple[str, str]:
         """(target, URL) of the copy drafting ``tokens`` once its pod is Ready."""
-        pod = self._watch_pod(f"engine drafting {tokens}", selector, EXIT_BASELINE, ready=True)
+        pod = self._watch_pod(f"engine {drafting(tokens)}", selector, EXIT_BASELINE, ready=True)
         return draft_length_target(tokens), self._url(pod)
 
-    def measure_draft_lengths(self) -> dict[int, str | None]:
+    def measure_draft_lengths(self) -> dict[Variant, str | None]:
         """Each draft length of ``--tokens``: one engine copy at a time, started, loaded and
         removed before the next (one replica's GPUs beyond the resource's), after the baseline is
         gone unless kept. The log of each copy's load Job; None for the lengths ``_copies``
@@ -492,13 +506,13 @@ class Session:
         for tokens in copies:
             name, selector = self._start_copy(tokens)
             target = self._copy_ready(tokens, selector)
-            logs[tokens] = self._load((target,), f"-{target[0]}", f"drafting {tokens} tokens")
-            self._remove(name, f"the engine drafting {tokens}")
+            logs[tokens] = self._load((target,), f"-{target[0]}", drafting(tokens))
+            self._remove(name, f"the engine {drafting(tokens)}")
         return logs
 
     def measure_together(
         self, speculative_pod: dict[str, Any], baseline_pod: dict[str, Any]
-    ) -> tuple[str, dict[int, str | None]]:
+    ) -> tuple[str, dict[Variant, str | None]]:
         """``--interleave``: every engine copy of ``--tokens`` started at once (one replica's GPUs
         each, beyond the resource's and the baseline's), then one load Job taking the baseline,
         the resource and each copy in turn at every concurrency, so that every figure of a level
