@@ -7,7 +7,7 @@ from datetime import datetime
 
 from specdeploy import api
 from specdeploy.acceptance import decimal
-from specdeploy.speedup.results import Comparison, Figures, Level, spread
+from specdeploy.speedup.results import Comparison, DraftLengthLevel, Figures, Level, spread
 
 BENCHMARKED = "Benchmarked"
 NOT_PAYING = "SpeculationNotPaying"
@@ -116,32 +116,28 @@ def summary(comparison: Comparison, measured_at: datetime, load: dict[str, objec
         }
         body["draftLengths"] = {
             str(length.tokens): {
-                "outputTokensPerSecond": {
-                    str(r.concurrency): r.output_tokens_per_second for r in length.results
-                },
+                **_measured(length.results),
                 "meanLength": {
                     str(r.concurrency): r.acceptance.mean_length if r.acceptance else 1.0
                     for r in length.results
                     if r.acceptance is not None or length.tokens == 0
                 },
-                "spread": {
-                    str(r.concurrency): round(spread(r.output_tokens_per_second, r.samples), 3)
-                    for r in length.results
-                },
             }
             for length in comparison.draft_lengths
         }
     if comparison.idle_draft is not None:
-        body["idleDraft"] = {
-            "outputTokensPerSecond": {
-                str(r.concurrency): r.output_tokens_per_second for r in comparison.idle_draft
-            },
-            "spread": {
-                str(r.concurrency): round(spread(r.output_tokens_per_second, r.samples), 3)
-                for r in comparison.idle_draft
-            },
-        }
+        body["idleDraft"] = _measured(comparison.idle_draft)
     return json.dumps(body, separators=(",", ":"))
+
+
+def _measured(levels: list[DraftLengthLevel]) -> dict[str, object]:
+    """One engine copy's output tokens/s and their spread by concurrency, as the annotation keeps them."""
+    return {
+        "outputTokensPerSecond": {str(r.concurrency): r.output_tokens_per_second for r in levels},
+        "spread": {
+            str(r.concurrency): round(spread(r.output_tokens_per_second, r.samples), 3) for r in levels
+        },
+    }
 
 
 def draft_length_table(comparison: Comparison) -> str:
