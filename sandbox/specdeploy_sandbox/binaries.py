@@ -250,6 +250,28 @@ def ensure_lws() -> LwsBuild:
     return LwsBuild(manager, crds, source / "config" / "webhook" / "manifests.yaml")
 
 
+KARPENTER_MODULE = "sigs.k8s.io/karpenter"
+# The newest release this machine's Go (1.26.8) builds: v1.14.3 and v1.15.0 ask for a newer Go.
+KARPENTER_VERSION = "v1.14.1"
+
+
+def karpenter_crds() -> tuple[Path, ...]:
+    """Karpenter's NodePool and NodeClaim CRDs, from its module's source (downloaded once into
+    the Go module cache): the sandbox serves them so the operator reads real NodePools."""
+    go = _go()
+    work = cache_root() / "build" / f"karpenter-{KARPENTER_VERSION}"
+    work.mkdir(parents=True, exist_ok=True)
+    info = json.loads(
+        _run(
+            [go, "mod", "download", "-json", f"{KARPENTER_MODULE}@{KARPENTER_VERSION}"],
+            work,
+            "go mod download",
+        )
+    )
+    crds = Path(info["Dir"]) / "kwok" / "charts" / "crds"
+    return tuple(crds / f"karpenter.sh_{plural}.yaml" for plural in ("nodepools", "nodeclaims"))
+
+
 HELM_VERSION = "v3.22.0"
 HELM_MODULE = "helm.sh/helm/v3"
 # helm v3.22.0 is built against the Kubernetes 1.37 client modules; its Makefile stamps that

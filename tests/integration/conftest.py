@@ -27,6 +27,9 @@ KUBECONFIG_ENV = "SPECDEPLOY_TEST_KUBECONFIG"
 # The engine metrics reader's interval: a verdict on a new resource's (simulated, silent) pods
 # within seconds, so tests that wait for a settled resource do not wait 30 s.
 READ_INTERVAL_S = 5
+# How long an engine pod planned on a node pool waits for its node before Degraded says so: the
+# node pool test waits that long once, rather than the default quarter hour.
+NODE_WAIT_S = 15
 
 
 @pytest.fixture(scope="package")
@@ -71,7 +74,13 @@ def operator(
             cluster.kubeconfig,
             workdir / "operator.log",
             workdir / "tls",
-            extra_args=("--acceptance-interval", str(READ_INTERVAL_S), "--read-token-secrets"),
+            extra_args=(
+                "--acceptance-interval",
+                str(READ_INTERVAL_S),
+                "--read-token-secrets",
+                "--node-wait",
+                str(NODE_WAIT_S),
+            ),
             webhook_client_ca=cluster.webhook_client_ca,
         )
     except SandboxError as exc:

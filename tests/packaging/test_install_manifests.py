@@ -26,6 +26,7 @@ from specdeploy import api
 from specdeploy.children import PodDefaults
 from specdeploy.cli import build_parser
 from specdeploy.cli.run import operator_options
+from specdeploy.planning.pools import parse_declared_pools
 from specdeploy_sandbox import binaries
 from support.paths import REPO
 
@@ -248,6 +249,8 @@ CLUSTER = {
     ("", "nodes", "watch"),
     ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
     ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
+    ("karpenter.sh", "nodepools", "list"),
+    ("karpenter.sh", "nodepools", "watch"),
 }
 
 
@@ -497,3 +500,44 @@ def test_install_notes_repeat_the_readme_quickstart() -> None:
     block = readme.split("```sh\n", 1)[1].split("```", 1)[0]
     assert block.endswith(steps), "copy README's quickstart from step 3 on to charts/specdeploy/files/"
     assert '{{ .Files.Get "files/quickstart.sh" }}' in (CHART / "templates" / "NOTES.txt").read_text()
+
+
+def test_declared_node_pools_reach_the_operator_as_a_file_it_parses(helm_binary: str, tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "nodePools": [
+                    {
+                        "name": "l4-pool",
+                        "gpuProduct": "l4",
+                        "gpusPerNode": 4,
+                        "maxNodes": 3,
+                        "nodeSelector": {"cloud.google.com/gke-nodepool": "l4-pool"},
+                    }
+                ]
+            }
+        )
+    )
+    docs = template(helm_binary, "-f", str(values))
+    data = find(docs, "ConfigMap", "specdeploy-node-pools")["data"]["node-pools.yaml"]
+    (pool,) = parse_declared_pools(yaml.safe_load(data))
+    assert (pool.name, pool.gpus_per_node, pool.node_selector) == (
+        "l4-pool",
+        4,
+        {"cloud.google.com/gke-nodepool": "l4-pool"},
+    )
+    pod = find(docs, "Deployment")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    (flag,) = [a for a in container["args"] if a.startswith("--node-pools=")]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "node-pools"]
+    assert flag == f"--node-pools={mount['mountPath']}/node-pools.yaml"
+
+    values.write_text(yaml.safe_dump({"nodePools": [{"name": "l4-pool", "gpuProduct": "l4"}]}))
+    refused = subprocess.run(
+        [helm_binary, "template", "specdeploy", str(CHART), *IMAGE, "-f", str(values)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert refused.returncode != 0 and "nodePools" in refused.stderr, refused.stderr

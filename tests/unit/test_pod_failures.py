@@ -589,3 +589,25 @@ def test_no_log_is_read_for_runs_that_say_nothing_of_a_cause(harness: Harness) -
     assert len(harness.kube.log_reads) == 1
     degraded = next(c for c in harness.kube.status_patches[-1][1]["conditions"] if c["type"] == api.DEGRADED)
     assert degraded["message"].endswith(LAST_LINE)
+
+
+def test_a_pod_no_node_fits_carries_the_schedulers_message_and_since_when() -> None:
+    body = pod_body(phase="Pending")
+    body["spec"].pop("nodeName")
+    body["status"].pop("containerStatuses")
+    message = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    body["status"]["conditions"] = [
+        {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": message,
+            "lastTransitionTime": "2025-09-12T10:20:00Z",
+        }
+    ]
+    waiting = pods.project(body)
+    assert waiting.unschedulable == message
+    assert waiting.unschedulable_since == datetime(2025, 9, 12, 10, 20, tzinfo=UTC).timestamp()
+    assert pods.pod_failure(waiting) is None  # waiting for a node is no engine failure
+    scheduled = pods.project(pod_body())
+    assert scheduled.unschedulable == "" and pods.waiting_for_node([scheduled, waiting]) == waiting

@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import dataclasses
 import socket
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -34,6 +36,7 @@ from specdeploy.modelinfo import ModelResolver
 from specdeploy.planning import inventory_from_nodes
 from specdeploy.planning.inventory import planner_view
 from specdeploy.planning.offline import gpu_node_object, offline_node_objects
+from specdeploy.planning.pools import pool_view
 from support.paths import REPO
 
 EXAMPLE = REPO / "manifests" / "examples" / "qwen3-30b-a3b-instruct-2507-eagle3.yaml"
@@ -179,6 +182,7 @@ class FakeView:
         self.services: dict[Key, dict[str, Any]] = {}
         self.budgets: dict[Key, dict[str, Any]] = {}
         self.node_objects: dict[str, dict[str, Any]] = {n["metadata"]["name"]: n for n in nodes}
+        self.pool_objects: dict[str, dict[str, Any]] = {}
         self.pod_views: dict[Key, list[PodView]] = {}
 
     def resource(self, key: Key) -> dict[str, Any] | None:
@@ -199,6 +203,9 @@ class FakeView:
     def nodes(self) -> list[dict[str, Any]]:
         # What the gpu_nodes index holds in production: the planner's projection of each node.
         return [planner_view(n) for n in self.node_objects.values()]
+
+    def node_pools(self) -> list[dict[str, Any]]:
+        return [pool_view(p) for p in self.pool_objects.values()]
 
     def pods(self, key: Key) -> list[PodView]:
         return list(self.pod_views.get(key, []))
@@ -235,6 +242,12 @@ class Harness:
             self.view.node_objects[name] = body
         view = None if body is None else planner_view(body)
         self.deliver(lambda: self.reconciler.node_changed(name, view, self.view))
+
+    def pool_event(self, body: dict[str, Any]) -> None:
+        """A NodePool watch event as handlers.on_node_pool passes it."""
+        name = body["metadata"]["name"]
+        self.view.pool_objects[name] = body
+        self.deliver(lambda: self.reconciler.pool_changed(name, pool_view(body), self.view))
 
     def deliver(self, event: Callable[[], None]) -> None:
         """Hand a watch event over as a handler does, then wait for the passes it queued."""
@@ -715,6 +728,90 @@ def test_a_b200_node_joining_reconciles_the_waiting_resource(harness: Harness) -
     assert harness.events.posted == []
 
 
+def b200_nodepool(limit: str = "16") -> dict[str, Any]:
+    """A Karpenter NodePool whose nodes have 8 B200 GPUs, as the API returns it."""
+    labels = {"nvidia.com/gpu.product": B200, "nvidia.com/gpu.count": "8"}
+    template = {"metadata": {"labels": labels}, "spec": {"requirements": []}}
+    return {
+        "metadata": {"name": "b200-pool"},
+        "spec": {"template": template, "limits": {"nvidia.com/gpu": limit}},
+        "status": {"resources": {}},
+    }
+
+
+def _planned_on_pool(harness: Harness) -> tuple[Key, dict[str, Any]]:
+    """The B200-only resource planned on a NodePool of B200 nodes, its status and Deployment
+    delivered; the NodePool's Deployment."""
+    key = _wait_for_b200(harness)
+    harness.pool_event(b200_nodepool())
+    deployment, _ = harness.kube.applies
+    ((_, patch),) = harness.kube.status_patches
+    assert conditions_of(patch)[api.SCHEDULABLE] == ("True", "PlannedOnNodePool")
+    assert patch["plan"]["nodePool"] == "b200-pool"
+    harness.view.resources[key] = with_status(harness.view.resources[key], patch, "31")
+    harness.view.deployments[key] = stored(deployment, "40")
+    harness.quiet()
+    return key, deployment
+
+
+def test_a_nodepool_that_can_create_the_gpus_plans_the_waiting_resource_on_it(harness: Harness) -> None:
+    """With no B200 node up, a NodePool of B200 nodes lets the waiting resource create its pods,
+    pinned to the pool; the node the pool then creates changes nothing the resource wrote."""
+    key, deployment = _planned_on_pool(harness)
+    terms = deployment["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert {"key": "karpenter.sh/nodepool", "operator": "In", "values": ["b200-pool"]} in terms[0][
+        "matchExpressions"
+    ]
+    assert harness.run(key) == "converged"  # the Deployment's own event
+    assert harness.kube.writes() == 0
+
+    created = node("b200-pool-x7k2p", B200)
+    created["metadata"]["labels"]["karpenter.sh/nodepool"] = "b200-pool"
+    harness.node_event(created)
+    assert harness.kube.writes() == 0
+
+
+def test_a_pod_waiting_for_the_pools_node_is_reported_and_a_late_node_degrades(harness: Harness) -> None:
+    """Ready says the pod waits for the pool's node (the scheduler's words); one timer, not a
+    poll, re-checks at --node-wait, and then Degraded says no node came."""
+    key, _ = _planned_on_pool(harness)
+    message = "0/5 nodes are available: 5 node(s) didn't match Pod's node affinity/selector."
+    now = time.time()
+    waiting = PodView(
+        name="qwen3-b200-7d9f8b6c5-abcde",
+        phase="Pending",
+        deleting=False,
+        ready=False,
+        containers=(),
+        unschedulable=message,
+        unschedulable_since=now - 10,
+    )
+    harness.view.pod_views[key] = [waiting]
+    harness.deliver(lambda: harness.reconciler.pod_changed(key, waiting.name, waiting, harness.view))
+    ((_, patch),) = harness.kube.status_patches
+    assert conditions_of(patch)[api.READY] == ("False", "WaitingForNode")
+    assert conditions_of(patch)[api.DEGRADED] == ("False", "AsExpected")
+    ready = next(c for c in patch["conditions"] if c["type"] == api.READY)
+    assert "waits for node pool b200-pool to create a node: 0/5 nodes are available" in ready["message"]
+    (deadline,) = harness.timers.pending()
+    assert deadline.delay == pytest.approx(harness.reconciler.node_wait - 10 + 1, abs=2)
+    harness.view.resources[key] = with_status(harness.view.resources[key], patch, "32")
+    harness.quiet()
+
+    late = dataclasses.replace(waiting, unschedulable_since=now - harness.reconciler.node_wait - 1)
+    harness.view.pod_views[key] = [late]
+    harness.deliver(harness.timers.fire)
+    ((_, patch),) = harness.kube.status_patches
+    assert conditions_of(patch)[api.DEGRADED] == ("True", "NodeNotProvisioned")
+    degraded = next(c for c in patch["conditions"] if c["type"] == api.DEGRADED)
+    assert degraded["message"].startswith(
+        f"no node for pod {waiting.name} within 900 s from node pool b200-pool"
+    )
+    assert harness.timers.pending() == []
+
+
 def test_node_changes_the_planner_ignores_trigger_nothing(harness: Harness) -> None:
     """Heartbeats and an unchanged inventory cost a comparison, not a reconcile."""
     _wait_for_b200(harness)
@@ -731,14 +828,14 @@ def test_node_changes_the_planner_ignores_trigger_nothing(harness: Harness) -> N
 
 
 def test_the_heartbeat_check_compares_planner_views() -> None:
-    """GpuInventory.node_changed is False only for the view it saw last for that node."""
+    """GpuInventory.changed is False only for the view it saw last for that node."""
     gpus = GpuInventory()
     first = planner_view(node("h100-0", H100, heartbeat="t1"))
-    assert gpus.node_changed("h100-0", first) is True
-    assert gpus.node_changed("h100-0", planner_view(node("h100-0", H100, heartbeat="t2"))) is False
-    assert gpus.node_changed("h100-0", None) is True
-    assert gpus.node_changed("h100-0", None) is False
-    assert gpus.refresh([first]) is True and gpus.refresh([first]) is False
+    assert gpus.changed("Node", "h100-0", first) is True
+    assert gpus.changed("Node", "h100-0", planner_view(node("h100-0", H100, heartbeat="t2"))) is False
+    assert gpus.changed("Node", "h100-0", None) is True
+    assert gpus.changed("Node", "h100-0", None) is False
+    assert gpus.refresh([first], []) is True and gpus.refresh([first], []) is False
     assert [c.product for c in gpus.inventory.products()] == [H100]
 
 

@@ -122,3 +122,21 @@ def test_the_lease_follows_the_options_then_the_pod_namespace(monkeypatch: pytes
     assert election_settings(options("--leader-election-namespace", "ops")).namespace == "ops"
     monkeypatch.delenv("POD_NAMESPACE")
     assert election_settings(DEFAULTS).namespace == "default"
+
+
+def test_node_pools_come_from_a_yaml_file_and_a_bad_entry_stops_the_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pools = tmp_path / "node-pools.yaml"
+    pools.write_text(
+        "- name: l4-pool\n  gpuProduct: l4\n  gpusPerNode: 4\n  maxNodes: 3\n"
+        "  nodeSelector: {cloud.google.com/gke-nodepool: l4-pool}\n"
+    )
+    (pool,) = options("--node-pools", str(pools)).node_pools
+    assert (pool.name, pool.gpus_per_node, pool.max_nodes) == ("l4-pool", 4, 3)
+
+    pools.write_text("- name: l4-pool\n  gpuProduct: l4\n  gpusPerNode: 4\n  maxNodes: 3\n")
+    with pytest.raises(SystemExit) as stopped:
+        options("--node-pools", str(pools))
+    assert stopped.value.code == 2
+    assert "node pool 0.nodeSelector: Field required" in capsys.readouterr().err

@@ -650,3 +650,24 @@ def test_ledger_forget_drops_every_kind_of_one_key() -> None:
     assert ledger.already_written("Deployment", B, "x", "1")
     ledger.forget(("models", "never-seen"))
     assert len(ledger) == 1
+
+
+def test_a_deadline_is_one_timer_per_key_that_runs_one_pass_and_forget_cancels_it() -> None:
+    """``enqueue_after``: a newer deadline replaces the pending one; it fires as a pass."""
+
+    async def scenario(h: Harness) -> None:
+        h.queue.enqueue_after(A, 60.0)
+        h.queue.enqueue_after(A, 30.0)
+        first, second = h.timers.created
+        assert first.cancelled and not second.cancelled and second.delay == 30.0
+        assert len(h.queue) == 1
+
+        h.timers.fire()
+        await settle()
+        assert h.script.passes(A) == 1 and len(h.queue) == 0
+
+        h.queue.enqueue_after(A, 45.0)
+        h.queue.forget(A)
+        assert h.timers.pending() == [] and len(h.queue) == 0
+
+    run(scenario)

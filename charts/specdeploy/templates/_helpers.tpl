@@ -63,6 +63,10 @@ app.kubernetes.io/part-of: specdeploy
 {{- printf "%s-webhook-tls" (include "specdeploy.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{- define "specdeploy.nodePoolsConfigMapName" -}}
+{{- printf "%s-node-pools" (include "specdeploy.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
 {{- define "specdeploy.catalogConfigMapName" -}}
 {{- printf "%s-catalog" (include "specdeploy.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
@@ -120,6 +124,9 @@ app.kubernetes.io/part-of: specdeploy
   verbs: ["get", "list", "watch"]
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
+  verbs: ["list", "watch"]
+- apiGroups: ["karpenter.sh"]
+  resources: ["nodepools"]
   verbs: ["list", "watch"]
 {{- end }}
 

@@ -72,6 +72,13 @@ class Plan(ApiModel):
         default=1, description="Nodes one replica spans; above 1, a LeaderWorkerSet group per replica."
     )
     gpu_product: str | None = Field(default=None, description="The GPU feature discovery product planned on.")
+    node_pool: str | None = Field(
+        default=None,
+        description=(
+            "The node pool (a Karpenter NodePool or a pool declared to the operator) whose nodes "
+            "the plan is for, when no other node fits: engine pods carry what makes it create them."
+        ),
+    )
     gpus_per_replica: int = Field(description="GPUs one replica takes, over all its nodes.")
     gpu_memory_gib: float | None = Field(
         default=None, alias="gpuMemoryGiB", description="Memory of one GPU of that product."

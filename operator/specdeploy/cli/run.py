@@ -7,11 +7,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import ValidationError
 
 from specdeploy import api
 from specdeploy.children import PodDefaults
-from specdeploy.controller.options import OperatorOptions
+from specdeploy.controller.options import NODE_WAIT_SECONDS, OperatorOptions
+from specdeploy.planning.pools import DeclaredPool, PoolError, parse_declared_pools
 
 
 def register(subparsers: Any) -> None:
@@ -144,6 +146,24 @@ def register(subparsers: Any) -> None:
         "spec.modelAccess.tokenSecretRef: the engines' HF_TOKEN (optional: a namespace without it "
         "runs without a token) and, with --read-token-secrets, the operator's lookups",
     )
+    parser.add_argument(
+        "--node-pools",
+        type=_node_pools,
+        default=(),
+        metavar="FILE",
+        help="YAML list of GPU node pools a provisioner creates nodes in (cluster-autoscaler groups, "
+        "GKE node auto-provisioning): name, gpuProduct, gpusPerNode, maxNodes, nodeSelector and "
+        "optional gpuMemoryMiB and tolerations (docs/capacity.md); Karpenter NodePools are read "
+        "from the cluster",
+    )
+    parser.add_argument(
+        "--node-wait",
+        type=_at_least(1, float),
+        default=NODE_WAIT_SECONDS,
+        metavar="SECONDS",
+        help="how long an engine pod planned on a node pool waits for its node before Degraded "
+        f"says NodeNotProvisioned (default {NODE_WAIT_SECONDS:g})",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.set_defaults(func=run)
 
@@ -181,6 +201,14 @@ def _toleration(text: str) -> api.Toleration:
         raise argparse.ArgumentTypeError(
             f"{text!r}: {problem} (KEY[=VALUE]:EFFECT, e.g. sku=gpu:NoSchedule, or a Toleration as JSON)"
         ) from exc
+
+
+def _node_pools(path: str) -> tuple[DeclaredPool, ...]:
+    """argparse type: the declared node pools in a YAML file, each checked."""
+    try:
+        return parse_declared_pools(yaml.safe_load(Path(path).read_text()))
+    except (OSError, yaml.YAMLError, PoolError) as exc:
+        raise argparse.ArgumentTypeError(f"{path}: {exc}") from exc
 
 
 def _label(text: str) -> tuple[str, str]:
@@ -239,6 +267,8 @@ def operator_options(args: argparse.Namespace) -> OperatorOptions:
             image_pull_secrets=tuple(args.default_image_pull_secret),
             token_secret=args.default_token_secret,
         ),
+        node_pools=tuple(args.node_pools),
+        node_wait=args.node_wait,
     )
 
 

@@ -24,10 +24,12 @@ from specdeploy.controller.cached import Cached, pack
 from specdeploy.controller.engine_metrics import EngineMetricsReader, HttpFetch
 from specdeploy.controller.events import EventRecorder
 from specdeploy.controller.leadership import ElectionSettings, LeaseElection
+from specdeploy.controller.options import NODE_WAIT_SECONDS
 from specdeploy.controller.pods import PodView, project
 from specdeploy.controller.reconcile import IO_THREADS, Reconciler
 from specdeploy.controller.workqueue import Key
 from specdeploy.planning.inventory import planner_view
+from specdeploy.planning.pools import KARPENTER_GROUP, DeclaredPool, pool_view
 
 MANAGED = {children.MANAGED_BY_LABEL: children.MANAGED_BY}
 # Engine pods carry the Deployment template's labels, the owner's name among them.
@@ -75,6 +77,8 @@ class OperatorMemo:
 
     read_secrets: bool = False
     pod_defaults: children.PodDefaults = children.NO_DEFAULTS
+    node_pools: tuple[DeclaredPool, ...] = ()
+    node_wait: float = NODE_WAIT_SECONDS
     webhook: WebhookServer | None = None
     engine_metrics: EngineMetricsSettings | None = None
     election: ElectionSettings | None = None
@@ -102,6 +106,7 @@ INDICES = (
     "resources",
     *(child_index(kind) for kind in children.CHILD_KINDS),
     "gpu_nodes",
+    "node_pools",
     "engine_pods",
 )
 
@@ -132,6 +137,10 @@ class IndexView:
     def nodes(self) -> list[dict[str, Any]]:
         found = (self._latest("gpu_nodes", name) for name in self._indices["gpu_nodes"])
         return [node for node in found if node is not None]
+
+    def node_pools(self) -> list[dict[str, Any]]:
+        found = (self._latest("node_pools", name) for name in self._indices["node_pools"])
+        return [pool for pool in found if pool is not None]
 
     def pods(self, key: Key) -> list[PodView]:
         return list(self._indices["engine_pods"].get(key) or ())
@@ -196,6 +205,8 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorMemo, **_: An
         read_secrets=memo.read_secrets,
         engine_metrics=reader,
         pod_defaults=memo.pod_defaults,
+        node_pools=memo.node_pools,
+        node_wait=memo.node_wait,
     )
     # Before the first pass: a multi-node resource must not be blocked for want of LeaderWorkerSet
     # only because its CRD's event has not arrived yet.
@@ -270,6 +281,11 @@ async def gpu_nodes(name: str, body: kopf.Body, **_: Any) -> dict[str, dict[str,
     return {name: planner_view(body)}
 
 
+@kopf.index(KARPENTER_GROUP, "v1", "nodepools")
+async def node_pools(name: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
+    return {name: pool_view(body)}
+
+
 @kopf.index("v1", "pods", labels=ENGINE_PODS)
 async def engine_pods(
     namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
@@ -335,6 +351,15 @@ async def on_node(
     """A GPU inventory change may let a waiting resource proceed (NoNodeFits)."""
     view = None if event["type"] == "DELETED" else planner_view(body)
     memo.running().node_changed(name, view, _view(kwargs))
+
+
+@kopf.on.event(KARPENTER_GROUP, "v1", "nodepools")
+async def on_node_pool(
+    event: kopf.RawEvent, name: str, body: kopf.Body, memo: OperatorMemo, **kwargs: Any
+) -> None:
+    """A Karpenter NodePool changed: the capacity it can create may let a resource proceed."""
+    view = None if event["type"] == "DELETED" else pool_view(body)
+    memo.running().pool_changed(name, view, _view(kwargs))
 
 
 @kopf.on.event("v1", "pods", labels=ENGINE_PODS)

@@ -74,7 +74,12 @@ def main(options: OperatorOptions) -> int:
     log.info("model hub: %s", hub or "HF_ENDPOINT, else the Hugging Face Hub (no operator default)")
     # The pairing check's hub reads (safetensors headers) draw tqdm bars: noise in a service log.
     disable_progress_bars()
-    memo = handlers.OperatorMemo(read_secrets=options.read_token_secrets, pod_defaults=options.pod_defaults)
+    memo = handlers.OperatorMemo(
+        read_secrets=options.read_token_secrets,
+        pod_defaults=options.pod_defaults,
+        node_pools=options.node_pools,
+        node_wait=options.node_wait,
+    )
     if options.pod_defaults != NO_DEFAULTS:
         log.info("engine pod defaults: %s", options.pod_defaults)
     if options.acceptance_interval > 0:

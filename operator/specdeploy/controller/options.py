@@ -8,6 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdeploy.children import NO_DEFAULTS, PodDefaults
+from specdeploy.planning.pools import DeclaredPool
+
+# The default of --node-wait: a cloud GPU node takes minutes to boot and join.
+NODE_WAIT_SECONDS = 900.0
 
 
 @dataclass(frozen=True)
@@ -41,3 +45,7 @@ class OperatorOptions:
     verbose: bool
     # What every engine pod gets unless its resource says otherwise (the --default-* flags).
     pod_defaults: PodDefaults = NO_DEFAULTS
+    # Node pools a provisioner scales from zero that no NodePool object describes (--node-pools).
+    node_pools: tuple[DeclaredPool, ...] = ()
+    # How long an engine pod planned on a node pool waits for its node before Degraded says so.
+    node_wait: float = NODE_WAIT_SECONDS

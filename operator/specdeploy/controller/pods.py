@@ -103,6 +103,9 @@ class PodView:
     port: int | None = None
     command: str = ""
     serving_since: float | None = None
+    # The scheduler's message while no node fits the pod, and since when (epoch seconds).
+    unschedulable: str = ""
+    unschedulable_since: float | None = None
 
     @property
     def restarts(self) -> int:
@@ -160,13 +163,26 @@ def _engine_container(body: Mapping[str, Any]) -> Mapping[str, Any]:
     return next((c for c in containers if c.get("name") == ENGINE_CONTAINER), {})
 
 
+def _since(condition: Mapping[str, Any]) -> float | None:
+    since = condition.get("lastTransitionTime")
+    return datetime.fromisoformat(str(since).replace("Z", "+00:00")).timestamp() if since else None
+
+
 def _ready_since(status: Mapping[str, Any]) -> float | None:
     """When the pod last became Ready (None while it is not)."""
     for condition in status.get("conditions") or []:
         if condition.get("type") == "Ready" and condition.get("status") == "True":
-            since = condition.get("lastTransitionTime")
-            return datetime.fromisoformat(str(since).replace("Z", "+00:00")).timestamp() if since else None
+            return _since(condition)
     return None
+
+
+def _unschedulable(status: Mapping[str, Any]) -> tuple[str, float | None]:
+    """The scheduler's message while no node fits the pod (PodScheduled False, Unschedulable)."""
+    for condition in status.get("conditions") or []:
+        unscheduled = condition.get("type") == "PodScheduled" and condition.get("status") == "False"
+        if unscheduled and condition.get("reason") == "Unschedulable":
+            return _tail(condition.get("message") or "no node fits", TERMINATION_TAIL), _since(condition)
+    return "", None
 
 
 # What ``project`` reads of a pod's status; the rest (IPs per family, QoS class, start time, ...)
@@ -199,6 +215,7 @@ def project(body: Mapping[str, Any]) -> PodView:
     engine = _engine_container(body)
     ports = engine.get("ports") or []
     port = next((p.get("containerPort") for p in ports if p.get("name") == ENGINE_PORT_NAME), None)
+    unschedulable, unschedulable_since = _unschedulable(status)
     return PodView(
         name=str(meta.get("name") or ""),
         phase=str(status.get("phase") or ""),
@@ -210,7 +227,15 @@ def project(body: Mapping[str, Any]) -> PodView:
         port=int(port) if port else None,
         command=command_digest(engine["command"]) if engine.get("command") else "",
         serving_since=_ready_since(status),
+        unschedulable=unschedulable,
+        unschedulable_since=unschedulable_since,
     )
+
+
+def waiting_for_node(pods: Iterable[PodView]) -> PodView | None:
+    """The pod that has waited longest for a node (by name on a tie), None when none waits."""
+    waiting = [p for p in pods if p.unschedulable and not p.deleting]
+    return min(waiting, key=lambda p: (p.unschedulable_since or 0.0, p.name), default=None)
 
 
 def serving(pods: Iterable[PodView], command: Sequence[str]) -> list[PodView]:

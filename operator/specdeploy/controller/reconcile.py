@@ -25,10 +25,20 @@ from specdeploy.children import CHILD_KINDS, ENGINE_KINDS, NO_DEFAULTS, SERVICE,
 from specdeploy.controller import diffing, events, metrics, status
 from specdeploy.controller.engine_metrics import EngineMetricsReader
 from specdeploy.controller.kube import KubeClient, Refused
-from specdeploy.controller.pods import EngineLogs, FailureMemory, PodView, command_digest, pod_failure
+from specdeploy.controller.options import NODE_WAIT_SECONDS
+from specdeploy.controller.pods import (
+    EngineLogs,
+    Failure,
+    FailureMemory,
+    PodView,
+    command_digest,
+    pod_failure,
+    waiting_for_node,
+)
 from specdeploy.controller.workqueue import CallLater, Key, Outcome, WorkQueue, WriteLedger, loop_call_later
 from specdeploy.modelinfo import ModelResolver
 from specdeploy.planning import Inventory, inventory_from_nodes
+from specdeploy.planning.pools import DeclaredPool, declared_pools, karpenter_pools
 
 IO_THREADS = 16
 T = TypeVar("T")
@@ -48,6 +58,10 @@ class ClusterView(Protocol):
 
     def nodes(self) -> list[dict[str, Any]]: ...
 
+    def node_pools(self) -> list[dict[str, Any]]:
+        """The Karpenter NodePools' planner views (none where Karpenter is not installed)."""
+        ...
+
     def pods(self, key: Key) -> list[PodView]: ...
 
 
@@ -56,26 +70,30 @@ EventPoster = Callable[[dict[str, Any], str, str, str], None]
 
 
 class GpuInventory:
-    """The cluster's GPU inventory, recomputed only when a node's planner view changes."""
+    """The cluster's GPU inventory and the node pools that can add to it, recomputed only when a
+    node's or a NodePool's planner view changes."""
 
-    def __init__(self) -> None:
+    def __init__(self, declared: tuple[DeclaredPool, ...] = ()) -> None:
         self.inventory = Inventory(())
         self.signature = ""
-        self._views: dict[str, dict[str, Any]] = {}
+        self._declared = declared_pools(declared)
+        self._views: dict[tuple[str, str], dict[str, Any]] = {}
 
-    def node_changed(self, name: str, view: dict[str, Any] | None) -> bool:
-        """Record a node's planner view (None: deleted); False when it is what was seen before."""
-        if self._views.get(name) == view:
+    def changed(self, kind: str, name: str, view: dict[str, Any] | None) -> bool:
+        """Record a node's or NodePool's planner view (None: deleted); False when it is what was
+        seen before."""
+        if self._views.get((kind, name)) == view:
             return False
         if view is None:
-            self._views.pop(name, None)
+            self._views.pop((kind, name), None)
         else:
-            self._views[name] = view
+            self._views[(kind, name)] = view
         return True
 
-    def refresh(self, nodes: list[dict[str, Any]]) -> bool:
-        """Recompute from the nodes; True when the capacity the planner sees changed."""
-        inventory = inventory_from_nodes(nodes)
+    def refresh(self, nodes: list[dict[str, Any]], nodepools: list[dict[str, Any]]) -> bool:
+        """Recompute from the nodes and NodePools; True when the capacity the planner sees changed."""
+        found, unusable = karpenter_pools(nodepools)
+        inventory = inventory_from_nodes(nodes).with_pools([*self._declared, *found], unusable)
         signature = inventory.signature()
         changed = signature != self.signature
         self.inventory, self.signature = inventory, signature
@@ -95,6 +113,8 @@ class Reconciler:
         call_later: CallLater = loop_call_later,
         engine_metrics: EngineMetricsReader | None = None,
         pod_defaults: PodDefaults = NO_DEFAULTS,
+        node_pools: tuple[DeclaredPool, ...] = (),
+        node_wait: float = NODE_WAIT_SECONDS,
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.kube = kube
@@ -103,7 +123,8 @@ class Reconciler:
         self.post_event = post_event
         self.read_secrets = read_secrets
         self.resolver = resolver or ModelResolver()
-        self.gpus = GpuInventory()
+        self.gpus = GpuInventory(node_pools)
+        self.node_wait = node_wait
         self.pod_failures = FailureMemory()
         self.engine_logs = EngineLogs()
         self.ledger = WriteLedger()
@@ -202,14 +223,22 @@ class Reconciler:
 
         Heartbeats change nothing the planner reads and cost one dict comparison.
         """
-        if not self.gpus.node_changed(name, node_view):
+        self._capacity_changed("Node", name, node_view, view)
+
+    def pool_changed(self, name: str, pool_view: dict[str, Any] | None, view: ClusterView) -> None:
+        """A NodePool's shape or limits changed: resources waiting for GPUs, or planned on a
+        pool, are planned again."""
+        self._capacity_changed("NodePool", name, pool_view, view)
+
+    def _capacity_changed(self, kind: str, name: str, seen: dict[str, Any] | None, view: ClusterView) -> None:
+        if not self.gpus.changed(kind, name, seen):
             return
         first = not self.gpus.signature
-        if not self.gpus.refresh(view.nodes()) or first:
+        if not self.gpus.refresh(view.nodes(), view.node_pools()) or first:
             return
         for key in view.resource_keys():
             resource = view.resource(key)
-            if resource is not None and status.waiting_for_gpus(resource):
+            if resource is not None and (status.waiting_for_gpus(resource) or status.on_node_pool(resource)):
                 self.submit(key, view)
 
     def pod_changed(self, owner: Key, pod: str, projection: PodView | None, view: ClusterView) -> None:
@@ -219,7 +248,7 @@ class Reconciler:
         kopf calls on every pod event; readiness and phase reach status through the Deployment's
         own events, so only what the Degraded condition reports from pods is compared here.
         """
-        failure = None if projection is None else pod_failure(projection)
+        failure = None if projection is None else pod_failure(projection) or _unscheduled(projection)
         if failure is None:
             self.engine_logs.forget(owner[0], pod)
         # A new crashed run is read for its root cause, even when its last lines are the same.
@@ -245,7 +274,7 @@ class Reconciler:
     async def _converge(self, key: Key, body: dict[str, Any], view: ClusterView) -> Outcome:
         """One pass: children and status written where they differ."""
         if not self.gpus.signature:
-            self.gpus.refresh(view.nodes())
+            self.gpus.refresh(view.nodes(), view.node_pools())
         desired = await self._compute(body)
         reading = None if self.engine_metrics is None else self.engine_metrics.reading(key)
         decision = None
@@ -254,15 +283,19 @@ class Reconciler:
         current = {kind.kind: view.child(kind.kind, key) for kind in CHILD_KINDS}
         if not desired.blocked:
             desired = await self._apply_children(body, key, desired, current)
+        pods = await self._with_root_causes(key, view.pods(key))
+        node_wait = status.NodeWait(self.wall_clock().timestamp(), self.node_wait)
         new_status, transitions = status.status_for(
             body,
             desired,
             _engine_set(desired, current),
-            await self._with_root_causes(key, view.pods(key)),
+            pods,
             reading,
             reachable=current[SERVICE.kind] is not None,
             speculation_=None if decision is None else decision.speculation,
+            node_wait=node_wait,
         )
+        self._watch_node_deadline(key, desired, pods, node_wait)
         metrics.publish_acceptance(key, {**(body.get("status") or {}), **(new_status or {})})
         if new_status is not None:
             fingerprint = diffing.status_fingerprint(new_status)
@@ -282,6 +315,17 @@ class Reconciler:
         if desired.retry:
             return "retry"
         return "blocked" if desired.blocked else "converged"
+
+    def _watch_node_deadline(
+        self, key: Key, desired: pipeline.Desired, pods: list[PodView], node_wait: status.NodeWait
+    ) -> None:
+        """A pass when a pod planned on a node pool has waited ``--node-wait`` for its node: no
+        event announces that the node did not come."""
+        plan = desired.status.plan
+        pending = waiting_for_node(pods) if plan is not None and plan.node_pool else None
+        left = node_wait.left(pending) if pending is not None else 0.0
+        if left > 0:
+            self.queue.enqueue_after(key, left + 1.0)
 
     async def _compute(self, body: dict[str, Any]) -> pipeline.Desired:
         desired = await self._run(
@@ -434,3 +478,8 @@ def _version(cached: dict[str, Any] | None) -> str | None:
 def _record(outcome: Outcome, seconds: float) -> None:
     metrics.RECONCILES.labels(outcome).inc()
     metrics.RECONCILE_SECONDS.observe(seconds)
+
+
+def _unscheduled(pod: PodView) -> Failure | None:
+    """A pod no node fits yet, as the pod memory compares it: a node pool's node may be coming."""
+    return Failure("Unschedulable", pod.unschedulable) if pod.unschedulable else None

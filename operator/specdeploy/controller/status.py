@@ -10,6 +10,7 @@ changed but transition times.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -17,7 +18,7 @@ from pydantic import ValidationError
 from specdeploy import acceptance, api, engines
 from specdeploy.api import Acceptance, Condition
 from specdeploy.controller import conditions, diffing
-from specdeploy.controller.pods import PodView, command_digest, first_failure, serving
+from specdeploy.controller.pods import PodView, command_digest, first_failure, serving, waiting_for_node
 from specdeploy.pipeline import LWS_MISSING, Desired
 
 # Counts that change several times in every rollout and that no person or controller acts on
@@ -25,6 +26,10 @@ from specdeploy.pipeline import LWS_MISSING, Desired
 # with the next one (readyReplicas, a condition, the plan). docs/api.md lists every status write.
 RIDE_ALONG = frozenset({"replicas", "updatedReplicas"})
 SPECULATION_OFF = "SpeculationOff"
+# Ready's reason while an engine pod planned on a node pool waits for its node, and Degraded's
+# once it has waited ``--node-wait``.
+WAITING_FOR_NODE = "WaitingForNode"
+NODE_NOT_PROVISIONED = "NodeNotProvisioned"
 
 
 def _cond(type_: str, status: api.ConditionStatus, reason: str, message: str) -> Condition:
@@ -57,15 +62,31 @@ def rolled_out(result: Desired, engine_set: dict[str, Any] | None, spec_replicas
     return _rollout(engine_set, spec_replicas)[3] and _deployment_matches(result, engine_set)
 
 
+@dataclass(frozen=True)
+class NodeWait:
+    """How long an engine pod planned on a node pool may wait for its node (``--node-wait``),
+    and the time now (epoch seconds)."""
+
+    now: float
+    limit: float
+
+    def left(self, pod: PodView) -> float:
+        """Seconds until the pod has waited ``limit`` (0 once it has)."""
+        since = pod.unschedulable_since if pod.unschedulable_since is not None else self.now
+        return max(since + self.limit - self.now, 0.0)
+
+
 def lifecycle_conditions(
     result: Desired,
     deployment: dict[str, Any] | None,
     spec_replicas: int,
     pods: Sequence[PodView] = (),
     reachable: bool = True,
+    node_wait: NodeWait | None = None,
 ) -> list[Condition]:
     """Ready, Progressing and Degraded from the pipeline result, the Deployment's rollout and,
-    while it is incomplete, the first failing engine pod (its reason names what went wrong).
+    while it is incomplete, the first failing engine pod (its reason names what went wrong) or,
+    for a plan on a node pool, the pod waiting for the pool's node.
     ``reachable`` says whether a Service exists: a blocked resource whose pods run but that no
     Service reaches (its creation refused) is not serving anyone."""
     _, ready, _, done = _rollout(deployment, spec_replicas)
@@ -108,8 +129,25 @@ def lifecycle_conditions(
             failure or "",
         )
     waiting = engine.reason if engine is not None else "WaitingForReplicas"
+    ready_message = counts
+    pool = result.status.plan.node_pool if result.status.plan is not None else None
+    pending = waiting_for_node(pods) if pool and engine is None and not serving else None
+    if pending is not None:
+        waiting = WAITING_FOR_NODE
+        ready_message = (
+            f"{counts}; pod {pending.name} waits for node pool {pool} to create a node: "
+            f"{pending.unschedulable}"
+        )
+        if node_wait is not None and not node_wait.left(pending):
+            degraded = _cond(
+                api.DEGRADED,
+                "True",
+                NODE_NOT_PROVISIONED,
+                f"no node for pod {pending.name} within {node_wait.limit:g} s from node pool {pool}; "
+                f"the scheduler: {pending.unschedulable}",
+            )
     return [
-        _cond(api.READY, "True" if serving else "False", "Ready" if serving else waiting, counts),
+        _cond(api.READY, "True" if serving else "False", "Ready" if serving else waiting, ready_message),
         _cond(api.PROGRESSING, "True", "RollingOut", counts),
         degraded,
     ]
@@ -212,6 +250,7 @@ def status_for(
     reading: acceptance.Reading | None = None,
     reachable: bool = True,
     speculation_: api.Speculation | None = None,
+    node_wait: NodeWait | None = None,
 ) -> tuple[dict[str, Any] | None, list[conditions.Transition]]:
     """The status to write (None when unchanged) and the condition transitions to report;
     ``speculation_`` is adaptive speculation's decision (``adaptive.decide``)."""
@@ -241,7 +280,7 @@ def status_for(
     if speculation_ is not None:
         desired["speculation"] = speculation_.model_dump(by_alias=True, exclude_none=True)
     conds = [
-        *lifecycle_conditions(result, deployment, spec_replicas, pods, reachable),
+        *lifecycle_conditions(result, deployment, spec_replicas, pods, reachable, node_wait),
         *result.conditions,
         effective,
     ]
@@ -289,6 +328,11 @@ def multi_node(body: dict[str, Any]) -> bool:
     if int((stored.get("plan") or {}).get("nodesPerReplica") or 1) > 1:
         return True
     return any(c.get("reason") == LWS_MISSING for c in stored.get("conditions") or [])
+
+
+def on_node_pool(body: dict[str, Any]) -> bool:
+    """Whether the resource's stored plan is for the nodes of a node pool."""
+    return bool(((body.get("status") or {}).get("plan") or {}).get("nodePool"))
 
 
 def waiting_for_gpus(body: dict[str, Any]) -> bool:

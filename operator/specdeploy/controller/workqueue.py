@@ -92,6 +92,7 @@ class WorkQueue:
         self._slots: dict[Key, _Slot] = {}
         self._waiting: set[Key] = set()
         self._retries: dict[Key, _Retry] = {}
+        self._deadlines: dict[Key, Timer] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     def enqueue(self, key: Key) -> None:
@@ -106,6 +107,21 @@ class WorkQueue:
             task = asyncio.get_running_loop().create_task(self._serve(key, slot))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    def enqueue_after(self, key: Key, delay: float) -> None:
+        """One pass for ``key`` in ``delay`` seconds: a deadline no watch event will announce.
+
+        One timer per key: a new deadline replaces the pending one, so a pass that sets the same
+        deadline again does not add timers."""
+        pending = self._deadlines.pop(key, None)
+        if pending is not None:
+            pending.cancel()
+
+        def fire() -> None:
+            self._deadlines.pop(key, None)
+            self.enqueue(key)
+
+        self._deadlines[key] = self._call_later(delay, fire)
 
     async def submit(self, key: Key) -> None:
         """Reconcile ``key`` now and wait for it, or fold into the pass already waiting for it."""
@@ -122,6 +138,9 @@ class WorkQueue:
         """Let running passes finish for up to ``grace`` seconds, cancel the rest and every retry."""
         for key in list(self._retries):
             self._cancel_retry(key)
+        for timer in self._deadlines.values():
+            timer.cancel()
+        self._deadlines.clear()
         try:
             await asyncio.wait_for(self.join(), grace)
         except TimeoutError:
@@ -161,8 +180,11 @@ class WorkQueue:
             self._on_done(outcome, self._clock() - started)
 
     def forget(self, key: Key) -> None:
-        """Drop any pending retry of a deleted resource; a pass running for it arms none."""
+        """Drop any pending retry or deadline of a deleted resource; a pass running for it arms none."""
         self._cancel_retry(key)
+        deadline = self._deadlines.pop(key, None)
+        if deadline is not None:
+            deadline.cancel()
         slot = self._slots.get(key)
         if slot is not None:
             slot.forgotten = True
@@ -174,7 +196,7 @@ class WorkQueue:
 
     def __len__(self) -> int:
         """Keys holding state (a pass running or waiting, or a retry): bounded by the live resources."""
-        return len(self._slots.keys() | self._retries.keys())
+        return len(self._slots.keys() | self._retries.keys() | self._deadlines.keys())
 
     async def _pass(self, key: Key, slot: _Slot) -> Outcome | None:
         """One pass under the key's lock; its outcome arms or cancels the key's retry."""

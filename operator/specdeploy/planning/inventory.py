@@ -13,11 +13,11 @@ import hashlib
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from specdeploy.api import GPU_RESOURCE
+from specdeploy.api import GPU_RESOURCE, MAX_NODES
 from specdeploy.planning.gpus import (
     COUNT_LABEL,
     GIB,
@@ -30,6 +30,7 @@ from specdeploy.planning.gpus import (
     lookup_gpu,
     node_product,
 )
+from specdeploy.planning.pools import NodePool, UnusablePool
 
 # The node lifecycle controller's taints on a node it does not consider Ready.
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
@@ -56,6 +57,8 @@ class GpuNode:
     gpus: int
     memory_mib: int | None
     label: str = PRODUCT_LABEL
+    # Read for pool membership only: a label the planner does not read changes no plan.
+    labels: tuple[tuple[str, str], ...] = field(default=(), repr=False, compare=False)
 
     @property
     def memory_gib(self) -> float | None:
@@ -112,10 +115,61 @@ class ProductCapacity:
 
 @dataclass(frozen=True)
 class Inventory:
-    """The GPU nodes a replica could be placed on."""
+    """The GPU nodes a replica could be placed on, and the node pools that can create more."""
 
     nodes: tuple[GpuNode, ...] = ()
     unlabelled: tuple[UnlabelledGpuNode, ...] = ()
+    pools: tuple[NodePool, ...] = ()
+    unusable_pools: tuple[UnusablePool, ...] = ()
+
+    def with_pools(self, pools: Iterable[NodePool], unusable: Iterable[UnusablePool] = ()) -> Inventory:
+        """This inventory with the pools a provisioner can create nodes from.
+
+        A node a pool created (one whose labels meet the pool's requirements) is planned on as
+        part of that pool, not as a node of its own: a plan made on the pool stays the same plan,
+        with the same pod template, once the pool's nodes are up.
+        """
+        kept = []
+        members = Counter[str]()
+        pools = sorted(pools, key=lambda p: (p.name, p.product))
+        for node in self.nodes:
+            owner = next((p for p in pools if p.product == node.product and p.holds(node.labels)), None)
+            if owner is None:
+                kept.append(node)
+            else:
+                members[owner.name] += 1
+        found = [replace(p, members=members[p.name]) for p in pools]
+        return replace(
+            self,
+            nodes=tuple(kept),
+            pools=tuple(found),
+            unusable_pools=tuple(sorted(unusable, key=lambda p: p.name)),
+        )
+
+    def provisionable(self) -> Inventory:
+        """The nodes the pools have and could create (no more per pool than a replica may span),
+        as an inventory the planner weighs like real nodes when no other node fits."""
+        nodes = []
+        for pool in self.pools:
+            count = MAX_NODES if pool.capacity is None else min(pool.capacity, MAX_NODES)
+            shape = (pool.product, pool.gpus, pool.memory_mib)
+            nodes += [GpuNode(f"{pool.name}/{i}", *shape) for i in range(count)]
+        return Inventory(tuple(nodes))
+
+    def pool_for(self, product: str, gpus_per_node: int, nodes: int) -> NodePool | None:
+        """The pool whose nodes a plan is for: of that product, with enough GPUs per node and
+        nodes; the fewest GPUs per node (the smallest instance), then by name."""
+        fitting = [
+            p
+            for p in self.pools
+            if p.product == product
+            and p.gpus >= gpus_per_node
+            and (nodes if p.capacity is None else p.capacity) >= nodes
+        ]
+        return min(fitting, key=lambda p: (p.gpus, p.name), default=None)
+
+    def pool_named(self, name: str, product: str | None) -> NodePool | None:
+        return next((p for p in self.pools if p.name == name and p.product == product), None)
 
     def products(self) -> list[ProductCapacity]:
         """Products present, sorted by name; memory is the smallest any node reports (safe side)."""
@@ -165,6 +219,8 @@ class Inventory:
                 f"{cap.nodes} {plural} x {cap.max_gpus_per_node} {cap.display} ({cap.product}, {memory})"
             )
         lines += [f"unusable: {node.problem()}" for node in self.unlabelled]
+        lines += [f"can provision: {pool.describe()}" for pool in self.pools]
+        lines += [f"unusable: {pool.describe()}" for pool in self.unusable_pools]
         return "\n".join(lines) if lines else "no schedulable GPU nodes"
 
     def label_counts(self, product: str) -> dict[str, int]:
@@ -256,7 +312,8 @@ def inventory_from_nodes(nodes: Iterable[Mapping[str, Any]]) -> Inventory:
         if memory_mib is None:
             gpu = lookup_gpu(named.product)
             memory_mib = gpu.memory_mib if gpu else None
-        found.append(GpuNode(name, named.product, gpus, memory_mib, named.label))
+        pairs = tuple(sorted(labels.items()))
+        found.append(GpuNode(name, named.product, gpus, memory_mib, named.label, pairs))
     return Inventory(
         tuple(sorted(found, key=lambda n: n.name)), tuple(sorted(unlabelled, key=lambda n: n.name))
     )

@@ -60,6 +60,7 @@ class Reason(StrEnum):
     """Stable reason codes, used as the Schedulable condition's reason."""
 
     PLANNED = "Planned"
+    PLANNED_ON_NODE_POOL = "PlannedOnNodePool"
     NO_NODE_FITS = "NoNodeFits"
     INVALID_TENSOR_PARALLEL_SIZE = "InvalidTensorParallelSize"
     INVALID_DRAFT_TENSOR_PARALLEL_SIZE = "InvalidDraftTensorParallelSize"
@@ -190,6 +191,30 @@ def plan(
     checked. Among products that fit, the fewest GPUs per replica wins, then (for FP8 checkpoints)
     native FP8 support, then the smallest GPU memory, which keeps big GPUs free for big models.
     """
+    outcome = _plan_on(spec, verifier, speculator, inventory)
+    if not outcome.fits and outcome.reason in _PLACEMENT_FAILURES and inventory.pools:
+        creatable = inventory.provisionable()
+        provisioned = _plan_on(spec, verifier, speculator, creatable)
+        on_pool = _on_pool(outcome, provisioned, inventory)
+        if on_pool is not None:
+            return on_pool
+        pools = "; ".join(pool.describe() for pool in inventory.pools)
+        why = provisioned.message if creatable.nodes else "their limits allow no more nodes"
+        outcome = replace(outcome, message=f"{outcome.message}; no node pool can create one ({pools}): {why}")
+    return _with_unlabelled_nodes(outcome, inventory)
+
+
+# Refusals that another node could lift: node pools are weighed after them.
+_PLACEMENT_FAILURES = (Reason.NO_NODE_FITS, Reason.UNKNOWN_GPU_PRODUCT)
+
+
+def _plan_on(
+    spec: api.SpeculativeDeploymentSpec,
+    verifier: ModelInfo,
+    speculator: ModelInfo | None,
+    inventory: Inventory,
+) -> PlanOutcome:
+    """The plan on the nodes of ``inventory``: real ones, or those its pools could create."""
     try:
         estimate = _estimate(spec, verifier, speculator, _context_length(spec, verifier))
         shardable = _shardable(spec, verifier, speculator, estimate)
@@ -199,17 +224,34 @@ def plan(
             outcome = _choose_nodes(spec, verifier, speculator, estimate, capacities, inventory, outcome)
     except _Refused as refused:
         outcome = refused.outcome
-    return _with_unlabelled_nodes(outcome, inventory)
+    return outcome
+
+
+def _on_pool(nodes: PlanOutcome, provisioned: PlanOutcome, inventory: Inventory) -> PlanOutcome | None:
+    """A plan the pools fit, naming the pool whose nodes it is for, with why no node did."""
+    planned = provisioned.plan
+    if not provisioned.fits or planned is None or planned.gpu_product is None:
+        return None
+    per_node = planned.gpus_per_replica // planned.nodes_per_replica
+    pool = inventory.pool_for(planned.gpu_product, per_node, planned.nodes_per_replica)
+    if pool is None:
+        return None
+    reason = f"no node up fits ({nodes.message}); {pool.shape()} can create them: {planned.reason}"
+    plan = planned.model_copy(update={"node_pool": pool.name, "reason": reason})
+    alternatives = (*nodes.alternatives, *provisioned.alternatives)
+    return replace(
+        provisioned, reason=Reason.PLANNED_ON_NODE_POOL, message=reason, plan=plan, alternatives=alternatives
+    )
 
 
 def _with_unlabelled_nodes(outcome: PlanOutcome, inventory: Inventory) -> PlanOutcome:
-    """A placement failure while GPU nodes lack a usable label names those nodes and the fix:
-    the GPUs that would fit may be on them."""
-    if outcome.fits or not inventory.unlabelled:
+    """A placement failure while GPU nodes or node pools lack a usable label names them and the
+    fix: the GPUs that would fit may be there."""
+    unusable = [node.problem() for node in inventory.unlabelled]
+    unusable += [pool.describe() for pool in inventory.unusable_pools]
+    if outcome.fits or not unusable or outcome.reason not in _PLACEMENT_FAILURES:
         return outcome
-    if outcome.reason not in (Reason.NO_NODE_FITS, Reason.UNKNOWN_GPU_PRODUCT):
-        return outcome
-    problems = "; ".join(node.problem() for node in inventory.unlabelled)
+    problems = "; ".join(unusable)
     return replace(outcome, reason=Reason.GPU_NODE_NOT_RECOGNIZED, message=f"{outcome.message}; {problems}")
 
 
@@ -543,13 +585,21 @@ class Placement:
 
 def placement(plan: api.Plan, inventory: Inventory | None = None) -> Placement:
     """The plan's GPUs per pod (per replica, over its nodes), its GPU product as a node
-    requirement, the GPU toleration.
+    requirement, the GPU toleration; a plan on a node pool takes the pool's requirements and
+    tolerations instead, which make its provisioner create the node.
 
     The product is pinned with the label that named it on the inventory's nodes (GPU feature
     discovery's, a cloud accelerator label or the instance type) and every value of that label
     naming the product; nodes of one product named by different labels are pinned by the label
     most of them carry (GPU feature discovery's on a tie).
     """
+    pool = inventory.pool_named(plan.node_pool, plan.gpu_product) if plan.node_pool and inventory else None
+    if pool is not None:
+        return Placement(
+            gpus=plan.gpus_per_replica // plan.nodes_per_replica,
+            node_requirements=pool.node_requirements,
+            tolerations=(dict(GPU_TOLERATION), *pool.tolerations),
+        )
     requirements = []
     if plan.gpu_product:
         counts = inventory.label_counts(plan.gpu_product) if inventory is not None else {}

@@ -131,6 +131,7 @@ def _build(args: argparse.Namespace) -> int:
         ensure_helm,
         ensure_kubectl,
         ensure_lws,
+        karpenter_crds,
     )
 
     try:
@@ -138,10 +139,11 @@ def _build(args: argparse.Namespace) -> int:
         lws = ensure_lws()
         kubectl = ensure_kubectl()
         helm = ensure_helm()
+        karpenter = karpenter_crds()
     except BuildError as exc:
         print(f"specdeploy: cannot build the sandbox binaries: {exc}", file=sys.stderr)
         return EXIT_BUILD_FAILED
-    for path in (*vars(bins).values(), lws.manager, kubectl, helm):
+    for path in (*vars(bins).values(), lws.manager, kubectl, helm, *karpenter):
         print(path)
     return 0
 
