@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from planning_models import QWEN3_30B_A3B, qwen3_30b_a3b
+from planning_models import LLAMA_33_70B, QWEN3_30B_A3B, llama_33_70b, qwen3_30b_a3b
 from specdeploy import api, planning
 from specdeploy.planning import Reason
 from specdeploy.planning.pools import (
@@ -217,3 +217,18 @@ def test_declared_pools_count_their_nodes_up_against_their_maximum() -> None:
 def test_a_bad_declared_pool_is_refused_naming_the_field(entry: dict[str, Any], names: str) -> None:
     with pytest.raises(PoolError, match=names):
         parse_declared_pools([entry])
+
+
+def test_a_replica_larger_than_one_node_takes_as_many_pool_nodes_as_the_limit_allows() -> (
+    None
+):
+    """Llama-3.3-70B needs three 4 x L4 nodes: a limit of 12 GPUs allows them, 8 does not."""
+    wanted = api.SpeculativeDeploymentSpec.model_validate(
+        {"verifier": {"model": LLAMA_33_70B}, "parallelism": {"nodes": "auto"}}
+    )
+    roomy = with_karpenter([], nodepool(labels=L4_TEMPLATE_LABELS, limit="12"))
+    outcome = planning.plan(wanted, llama_33_70b(), None, roomy)
+    assert outcome.reason is Reason.PLANNED_ON_NODE_POOL and outcome.plan is not None
+    assert (outcome.plan.nodes_per_replica, outcome.plan.node_pool) == (3, "gpu-l4")
+    tight = with_karpenter([], nodepool(labels=L4_TEMPLATE_LABELS, limit="8"))
+    assert planning.plan(wanted, llama_33_70b(), None, tight).reason is Reason.NO_NODE_FITS
