@@ -242,11 +242,11 @@ class Reconciler:
                 self.submit(key, view)
 
     def pod_changed(self, owner: Key, pod: str, projection: PodView | None, view: ClusterView) -> None:
-        """An engine pod of ``owner`` changed (None: deleted): reconcile only when its failure did,
-        or an engine run crashed whose log was not read yet.
+        """An engine pod of ``owner`` changed (None: deleted): reconcile only when its failure (or
+        its wait for a node) did, or an engine run crashed whose log was not read yet.
 
         kopf calls on every pod event; readiness and phase reach status through the Deployment's
-        own events, so only what the Degraded condition reports from pods is compared here.
+        own events, so only what Ready and Degraded report from pods is compared here.
         """
         failure = None if projection is None else pod_failure(projection) or _unscheduled(projection)
         if failure is None:

@@ -77,12 +77,15 @@ class NodePool:
     def shape(self) -> str:
         """E.g. "Karpenter NodePool gpu-l4 (nodes of 4 x NVIDIA-L4)": what a plan's reason names,
         the same before and after the pool creates a node."""
-        return f"{self.kind} {self.name} (nodes of {self.gpus} x {self.product})"
+        return f"{self.kind} {self.name} ({self._nodes()})"
 
     def describe(self) -> str:
         """The shape and the bound, e.g. "... (nodes of 4 x NVIDIA-L4, at most 2 nodes)"."""
         bound = "no limit" if self.capacity is None else f"at most {self.capacity} nodes"
-        return f"{self.shape()[:-1]}, {bound})"
+        return f"{self.kind} {self.name} ({self._nodes()}, {bound})"
+
+    def _nodes(self) -> str:
+        return f"nodes of {self.gpus} x {self.product}"
 
 
 @dataclass(frozen=True)
