@@ -253,23 +253,57 @@ def ensure_lws() -> LwsBuild:
 KARPENTER_MODULE = "sigs.k8s.io/karpenter"
 # The newest release this machine's Go (1.26.8) builds: v1.14.3 and v1.15.0 ask for a newer Go.
 KARPENTER_VERSION = "v1.14.1"
+KARPENTER_PROVIDER = f"{KARPENTER_MODULE}/kwok"
+
+
+@dataclass(frozen=True)
+class KarpenterBuild:
+    """Karpenter's KWOK provider and, from its module's source, the CRDs it needs: NodePool,
+    NodeClaim and the KWOK provider's KWOKNodeClass."""
+
+    provider: Path
+    crds: tuple[Path, ...]
+
+
+def _karpenter_source() -> Path:
+    """The module's source, downloaded once into the Go module cache."""
+    work = cache_root() / "build" / f"karpenter-{KARPENTER_VERSION}"
+    work.mkdir(parents=True, exist_ok=True)
+    module = f"{KARPENTER_MODULE}@{KARPENTER_VERSION}"
+    info = json.loads(_run([_go(), "mod", "download", "-json", module], work, "go mod download"))
+    return Path(info["Dir"])
 
 
 def karpenter_crds() -> tuple[Path, ...]:
-    """Karpenter's NodePool and NodeClaim CRDs, from its module's source (downloaded once into
-    the Go module cache): the sandbox serves them so the operator reads real NodePools."""
-    go = _go()
-    work = cache_root() / "build" / f"karpenter-{KARPENTER_VERSION}"
-    work.mkdir(parents=True, exist_ok=True)
-    info = json.loads(
-        _run(
-            [go, "mod", "download", "-json", f"{KARPENTER_MODULE}@{KARPENTER_VERSION}"],
-            work,
-            "go mod download",
-        )
+    """Karpenter's NodePool and NodeClaim CRDs (the ones its KWOK chart ships) and the KWOK
+    provider's KWOKNodeClass CRD."""
+    source = _karpenter_source()
+    charts = source / "kwok" / "charts" / "crds"
+    return (
+        charts / "karpenter.sh_nodepools.yaml",
+        charts / "karpenter.sh_nodeclaims.yaml",
+        source / "kwok" / "apis" / "crds" / "karpenter.kwok.sh_kwoknodeclasses.yaml",
     )
-    crds = Path(info["Dir"]) / "kwok" / "charts" / "crds"
-    return tuple(crds / f"karpenter.sh_{plural}.yaml" for plural in ("nodepools", "nodeclaims"))
+
+
+def ensure_karpenter() -> KarpenterBuild:
+    """Karpenter's KWOK provider at KARPENTER_VERSION, built once into the cache (its module has no
+    replace directives: a wrapper module requiring the version builds it, as for LWS)."""
+    crds = karpenter_crds()
+    provider = cache_root() / "karpenter" / KARPENTER_VERSION / "bin" / "karpenter-kwok"
+    if not provider.exists():
+        work = cache_root() / "build" / f"karpenter-{KARPENTER_VERSION}"
+        module = "module specdeploy.local/karpenterbuild\n\ngo 1.26.0\n\n"
+        (work / "go.mod").write_text(f"{module}require {KARPENTER_MODULE} {KARPENTER_VERSION}\n")
+        provider.parent.mkdir(parents=True, exist_ok=True)
+        _progress(f"building Karpenter's KWOK provider {KARPENTER_VERSION} (once; a few minutes on 2 cores)")
+        _run(
+            [_go(), "build", "-trimpath", "-ldflags", "-s -w", "-o", str(provider), KARPENTER_PROVIDER],
+            work,
+            "building Karpenter's KWOK provider",
+            {"CGO_ENABLED": "0", "GOFLAGS": "-mod=mod -buildvcs=false"},
+        )
+    return KarpenterBuild(provider, crds)
 
 
 HELM_VERSION = "v3.22.0"

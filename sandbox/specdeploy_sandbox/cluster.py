@@ -31,7 +31,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 import yaml
 
@@ -43,6 +43,7 @@ from specdeploy_sandbox import (
     model_hub,
     nodes,
     pki,
+    provisioner,
     tiny_models,
     venvs,
 )
@@ -184,6 +185,7 @@ class Sandbox:
         log: TextIO = sys.stderr,
         engine_nodes: int | None = None,
         runtimes: dict[str, Path] | None = None,
+        provisioner: bool = False,
     ) -> UpResult:
         """Start the sandbox, or report the running one; returns once every node is Ready.
 
@@ -191,7 +193,8 @@ class Sandbox:
         test run does not leave a control plane behind. ``engine_nodes`` replaces the count of
         every engine group of the node file (0: none). ``runtimes`` names directories of
         executables engine nodes run images with (see the image map); ``python`` (this
-        interpreter's directory) is always there.
+        interpreter's directory) is always there. With ``provisioner``, the node file's GPU groups
+        start no node: Karpenter creates them on demand (``provisioner``).
         """
         started = time.monotonic()
         with self._locked():
@@ -203,6 +206,7 @@ class Sandbox:
             specs = nodes.load_node_specs(nodes_file, engine_nodes)
             bins = binaries.ensure_binaries()
             lws_build = binaries.ensure_lws()
+            karpenter = binaries.ensure_karpenter() if provisioner else None
             stack = _engine_stack(log) if any(spec.engine for spec in specs) else None
             started = time.monotonic()  # builds and installs (if any) reported their own progress
             all_runtimes = {
@@ -211,7 +215,7 @@ class Sandbox:
                 **(runtimes or {}),
             }
             try:
-                self._start(bins, lws_build, specs, timeout, log, all_runtimes, stack)
+                self._start(bins, lws_build, specs, timeout, log, all_runtimes, stack, karpenter)
                 if owner_pid is not None:
                     self._start_watchdog(owner_pid)
             except BaseException:
@@ -228,17 +232,22 @@ class Sandbox:
         log: TextIO,
         runtimes: dict[str, Path],
         stack: engine_stack.EngineStack | None,
+        karpenter: binaries.KarpenterBuild | None = None,
     ) -> None:
         deadline = time.monotonic() + timeout
+        offered = provisioner.shapes(specs) if karpenter is not None else []
+        if karpenter is not None:
+            specs = [spec for spec in specs if spec.gpu is None or spec.engine]
         self._clean_runtime()
         self.logs.mkdir(parents=True, exist_ok=True)
         keys = pki.generate(self.pki.ca_cert.parent)
         engine_specs = [spec for spec in specs if spec.engine]
-        picked = free_ports(8 + len(engine_specs))  # in one go, so no two are the same
+        picked = free_ports(10 + len(engine_specs))  # in one go, so no two are the same
         ports = control_plane.Ports(*picked[:5])
         hub_port = picked[5]
         lws_ports = lws.Ports(*picked[6:8])
-        kubelet_ports = {spec.name: port for spec, port in zip(engine_specs, picked[8:], strict=True)}
+        karpenter_ports = (picked[8], picked[9])
+        kubelet_ports = {spec.name: port for spec, port in zip(engine_specs, picked[10:], strict=True)}
         cidr = pod_cidr(self.name)
         state: dict[str, Any] = {
             "name": self.name,
@@ -291,6 +300,63 @@ class Sandbox:
         self._wait_nodes_ready(state, specs, deadline, log)
         self._wait(state, deadline, "the LeaderWorkerSet controller", lambda: self._lws_ready(lws_ports))
         print(f"[specdeploy] LeaderWorkerSet is up (webhooks on 127.0.0.1:{lws_ports.webhook})", file=log)
+        if karpenter is not None:
+            self._start_karpenter(state, karpenter, offered, ports.api, karpenter_ports, deadline)
+            pools = ", ".join(provisioner.node_pool(shape)["metadata"]["name"] for shape in offered)
+            print(f"[specdeploy] Karpenter is up; NodePools {pools} create GPU nodes on demand", file=log)
+
+    def _start_karpenter(
+        self,
+        state: dict[str, Any],
+        build: binaries.KarpenterBuild,
+        offered: list[provisioner.GpuShape],
+        api_port: int,
+        ports: tuple[int, int],
+        deadline: float,
+    ) -> None:
+        """Karpenter's CRDs, its KWOKNodeClass and a NodePool per GPU shape, then the provider in
+        its own network namespace behind the apiserver bridge; up once every NodePool is Ready
+        (the provider has read them and their node class)."""
+        from kubernetes import client, config, utils
+
+        api = config.new_client_from_config(config_file=str(self.kubeconfig))  # type: ignore[no-untyped-call]
+        crds = [yaml.load(path.read_text(), Loader=yaml.CSafeLoader) for path in build.crds]
+        for crd in crds:
+            utils.create_from_dict(api, crd)  # type: ignore[no-untyped-call]
+        extensions = client.ApiextensionsV1Api(api)
+        established = lambda: all(_established(extensions, crd["metadata"]["name"]) for crd in crds)  # noqa: E731
+        self._wait(state, deadline, "Karpenter's CRDs", established)
+        objects = client.CustomObjectsApi(api)
+        node_class = provisioner.node_class()
+        objects.create_cluster_custom_object("karpenter.kwok.sh", "v1alpha1", "kwoknodeclasses", node_class)
+        names = []
+        for shape in offered:
+            body = provisioner.node_pool(shape)
+            objects.create_cluster_custom_object("karpenter.sh", "v1", "nodepools", body)
+            names.append(body["metadata"]["name"])
+        home = self.dir / provisioner.PROCESS
+        home.mkdir(parents=True, exist_ok=True)
+        types_file = home / "instance-types.json"
+        types_file.write_text(json.dumps(provisioner.instance_types(offered), indent=2))
+        socket_path = home / "apiserver.sock"
+        outside, inside = provisioner.commands(build.provider, socket_path, api_port)
+        self._spawn(state, provisioner.BRIDGE, None, outside)
+        self._wait(state, deadline, "the apiserver bridge", socket_path.exists)
+        env = provisioner.env(self.kubeconfig, types_file, ports)
+        self._spawn(state, provisioner.PROCESS, None, inside, env=env)
+
+        def pools_ready() -> bool:
+            listed = objects.list_cluster_custom_object("karpenter.sh", "v1", "nodepools")
+            found = cast(dict[str, Any], listed)["items"]
+            ready = {
+                p["metadata"]["name"]
+                for p in found
+                for c in (p.get("status") or {}).get("conditions") or []
+                if c.get("type") == "Ready" and c.get("status") == "True"
+            }
+            return ready.issuperset(names)
+
+        self._wait(state, deadline, "Karpenter's NodePools to be Ready", pools_ready)
 
     def _start_lws(
         self,
@@ -585,3 +651,8 @@ def existing_sandboxes(root: Path | None = None) -> list[str]:
     if not base.is_dir():
         return []
     return sorted(d.name for d in base.iterdir() if d.is_dir() and (d / STATE_FILE).exists())
+
+
+def _established(extensions: Any, name: str) -> bool:
+    crd = extensions.read_custom_resource_definition(name)
+    return any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or [])

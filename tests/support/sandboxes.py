@@ -26,10 +26,14 @@ class Profile:
 
     engine_nodes: int | None = 0
     timeout: float = 180.0
+    # No GPU node at start: Karpenter creates them (``specdeploy sandbox up --provisioner``).
+    provisioner: bool = False
 
 
 # Every pod a phantom (KWOK): the integration suites.
 PLAIN = Profile()
+# Phantom pods on GPU nodes Karpenter creates on demand: the node provisioning test.
+PROVISIONED = Profile(provisioner=True)
 # Exactly the sandbox ``specdeploy demo`` (``make demo``) starts: the default GPU nodes and the
 # packaged engine node, whose three slots hold the two tiny pairs side by side and a benchmark's
 # baseline, with room for the load Job (sandbox-nodes.yaml). Each real engine uses about 4.2 GiB
@@ -48,6 +52,7 @@ def running(profile: Profile, root: Path, name: str) -> Iterator[Sandbox]:
             owner_pid=os.getpid(),
             engine_nodes=profile.engine_nodes,
             timeout=profile.timeout,
+            provisioner=profile.provisioner,
         )
         yield sandbox
     finally:

