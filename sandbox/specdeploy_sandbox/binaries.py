@@ -59,7 +59,7 @@ def _go() -> str:
     if go is None:
         raise BuildError(
             "the Go toolchain is needed to build the Kubernetes binaries on first use: "
-            "install Go >= 1.25 (https://go.dev/doc/install, or your distribution's golang package)"
+            "install Go >= 1.26.6 (https://go.dev/doc/install, or your distribution's golang package)"
         )
     return go
 

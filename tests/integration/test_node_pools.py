@@ -5,7 +5,12 @@ B200, and the node the pool would create joining the cluster."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -66,6 +71,25 @@ def on_b200() -> dict[str, Any]:
     body: dict[str, Any] = yaml.safe_load(SEED_EXAMPLE.read_text())
     body["spec"].setdefault("parallelism", {})["gpuProduct"] = "b200"
     return body
+
+
+def test_specdeploy_plan_weighs_the_clusters_nodepools_as_the_operator_does(
+    cluster: Cluster, b200_pool: str, tmp_path: Path
+) -> None:
+    pinned = tmp_path / "b200.yaml"
+    pinned.write_text(yaml.safe_dump(on_b200()))
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "specdeploy", "plan", "-f", str(pinned), "-o", "json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)["plan"]
+    assert (plan["nodePool"], plan["gpuProduct"]) == (b200_pool, B200)
 
 
 def test_a_pair_no_node_fits_is_planned_on_a_nodepool_and_runs_on_the_node_it_creates(

@@ -1,7 +1,8 @@
 """The GPU inventory ``plan`` and ``render`` plan against, chosen the same way for both.
 
 ``--gpus`` is a hypothetical inventory, ``--offline`` the offline cluster (``planning.offline``),
-``--kubeconfig FILE`` the cluster that file's current context names. Without any of them: the
+``--kubeconfig FILE`` the cluster that file's current context names (its GPU nodes and its
+Karpenter NodePools, as the operator plans on them). Without any of them: the
 current kubeconfig's cluster (``$KUBECONFIG``, else ``~/.kube/config``) when it has a current
 context, as kubectl would use, else the offline cluster. A cluster that cannot be listed is an
 error, never a silent fall-back to the offline cluster, which would plan for GPUs it may not have.
@@ -145,6 +146,7 @@ def cluster_inventory(kubeconfig: str, explicit: bool) -> ChosenInventory | None
     from urllib3.exceptions import HTTPError
 
     from specdeploy.planning import inventory_from_nodes
+    from specdeploy.planning.pools import KARPENTER_GROUP, karpenter_pools
 
     found = current_context(kubeconfig, explicit)
     if found is None:
@@ -162,6 +164,7 @@ def cluster_inventory(kubeconfig: str, explicit: bool) -> ChosenInventory | None
             _preload_content=False, _request_timeout=LIST_TIMEOUT_S
         )
         items: list[dict[str, Any]] = json.loads(response.data)["items"]
+        nodepools = _nodepools(client.CustomObjectsApi(api_client), KARPENTER_GROUP)
     except ApiException as exc:
         refusal = f"{exc.status} {exc.reason}"
         message = f"the cluster of context {context} ({server}) refused to list nodes: {refusal}"
@@ -173,4 +176,23 @@ def cluster_inventory(kubeconfig: str, explicit: bool) -> ChosenInventory | None
     finally:
         api_client.close()
     details = {"kubeconfig": kubeconfig, "context": context, "server": server}
-    return ChosenInventory(inventory_from_nodes(items), "kubeconfig", details)
+    inventory = inventory_from_nodes(items).with_pools(*karpenter_pools(nodepools))
+    return ChosenInventory(inventory, "kubeconfig", details)
+
+
+def _nodepools(objects: Any, group: str) -> list[dict[str, Any]]:
+    """The cluster's Karpenter NodePools, as the operator plans on them (none without Karpenter)."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        listed: dict[str, Any] = objects.list_cluster_custom_object(
+            group, "v1", "nodepools", _request_timeout=LIST_TIMEOUT_S
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            return []
+        refusal = f"{exc.status} {exc.reason}"
+        message = f"the cluster refused to list Karpenter NodePools: {refusal}"
+        raise InventoryUnavailable(ExitCode.CLUSTER_UNREACHABLE, f"{message}; {OFFLINE_HINT}") from exc
+    items: list[dict[str, Any]] = listed["items"]
+    return items
