@@ -143,7 +143,8 @@ def compute(
         )
         effective = adaptive.running_schedule(pairing.effective_spec(spec, resolved), body)
         _check_engine_rules(effective, progress)
-        plan = _planned(effective, resolved, inventory, progress, leader_worker_sets)
+        on_pool = ((body.get("status") or {}).get("plan") or {}).get("nodePool")
+        plan = _planned(effective, resolved, inventory, progress, leader_worker_sets, on_pool)
         effective = _with_plan(effective, plan)
         _check_engine_rules(effective, progress)
         return _with_children(body, effective, plan, inventory, defaults, progress)
@@ -230,8 +231,10 @@ def _planned(
     inventory: planning.Inventory,
     progress: _Progress,
     leader_worker_sets: bool,
+    on_pool: str | None,
 ) -> api.Plan:
-    outcome = planning.plan(spec, resolved.verifier, resolved.speculator, inventory)
+    """The plan, kept on the node pool the stored status names while that pool still fits."""
+    outcome = planning.plan(spec, resolved.verifier, resolved.speculator, inventory, on_pool)
     if outcome.plan is not None:
         progress.fields["plan"] = outcome.plan
     if not outcome.fits or outcome.plan is None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from specdeploy.api import GPU_RESOURCE
-from specdeploy.planning.gpus import GPU_TAINT, INSTANCE_TYPE_LABEL, discovery_labels, lookup_gpu
+from specdeploy.planning.gpus import GPU_TAINT, INSTANCE_TYPE_LABEL, discovery_labels
 from specdeploy_sandbox.nodes import NodeSpec
 
 PROCESS = "karpenter"
@@ -102,8 +102,7 @@ def node_class() -> dict[str, Any]:
 def node_pool(shape: GpuShape) -> dict[str, Any]:
     """A NodePool creating nodes of one shape, as GPU feature discovery will label them, at most
     ``max_nodes`` (its ``nvidia.com/gpu`` limit), removed once empty."""
-    gpu = lookup_gpu(shape.product)
-    name = f"gpu-{gpu.alias if gpu else shape.name}"
+    name = f"gpu-{shape.name}"
     instance_type = {"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": [shape.instance_type]}
     return {
         "apiVersion": "karpenter.sh/v1",
@@ -148,5 +147,8 @@ def commands(binary: Path, socket_path: Path, api_port: int) -> tuple[list[str],
     """The bridge outside the namespace, and the provider inside one behind its bridge."""
     bridge = [sys.executable, "-m", "specdeploy_sandbox.loopback_bridge"]
     outside = [*bridge, "outside", str(socket_path), str(api_port)]
-    inside = ["unshare", "--net", *bridge, "inside", str(socket_path), str(api_port), "--", str(binary)]
+    # --map-root-user: a user namespace of its own, so that no privilege is needed to make the
+    # network namespace and bring its loopback up.
+    namespace = ["unshare", "--net", "--map-root-user"]
+    inside = [*namespace, *bridge, "inside", str(socket_path), str(api_port), "--", str(binary)]
     return outside, inside

@@ -17,8 +17,8 @@ def test_each_gpu_group_becomes_a_nodepool_the_planner_reads_with_the_groups_sha
     pools, unusable = karpenter_pools([provisioner.node_pool(shape) for shape in shapes])
     assert unusable == []
     assert [(p.name, p.product, p.gpus, p.max_nodes) for p in pools] == [
-        ("gpu-h100-80gb", "NVIDIA-H100-80GB-HBM3", 8, 2),
-        ("gpu-a100-40gb", "NVIDIA-A100-SXM4-40GB", 8, 1),
+        ("gpu-h100", "NVIDIA-H100-80GB-HBM3", 8, 2),
+        ("gpu-a100", "NVIDIA-A100-SXM4-40GB", 8, 1),
         ("gpu-l4", "NVIDIA-L4", 4, 2),
     ]
     types = {t["name"]: t for t in provisioner.instance_types(shapes)}

@@ -26,7 +26,7 @@ from support.sandboxes import PROVISIONED, running_cluster
 
 NAME = "qwen3-30b-a3b-eagle3"
 NODEPOOL_LABEL = "karpenter.sh/nodepool"
-POOL = "gpu-h100-80gb"
+POOL = "gpu-h100"
 
 
 @pytest.fixture(scope="module")

@@ -22,6 +22,7 @@ L4_TEMPLATE_LABELS = {
     "nvidia.com/gpu.count": "4",
     "nvidia.com/gpu.memory": "23034",
 }
+INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 TEAM_TAINT = {"key": "team", "value": "inference", "effect": "NoSchedule"}
 
 
@@ -78,13 +79,14 @@ def with_karpenter(nodes: list[dict[str, Any]], *pools: dict[str, Any]) -> plann
 # --- reading NodePools -----------------------------------------------------------------------
 
 
-def test_a_nodepool_labelled_like_gpu_feature_discovery_gives_its_shape_and_the_room_left() -> None:
+def test_a_nodepool_labelled_like_gpu_feature_discovery_gives_its_shape_and_its_bound() -> None:
     (pool,), unusable = karpenter_pools(
         [nodepool(labels=L4_TEMPLATE_LABELS, limit="16", used="4", taints=[TEAM_TAINT])]
     )
     assert unusable == []
     assert (pool.product, pool.gpus, pool.memory_mib) == ("NVIDIA-L4", 4, 23034)
-    assert pool.max_nodes == 3  # (16 - 4) // 4
+    # 16 GPUs in nodes of 4, those up included: what its nodes use now does not move it.
+    assert pool.max_nodes == 4
     assert pool.node_requirements == (
         {"key": NODEPOOL_LABEL, "operator": "In", "values": ["gpu-l4"]},
         {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-L4"]},
@@ -156,14 +158,33 @@ def test_the_plan_and_the_pod_template_stay_the_same_once_the_pool_created_its_n
     before = with_karpenter([], pool)
     created = gpu_node("gpu-l4-abcde", {**L4_TEMPLATE_LABELS, NODEPOOL_LABEL: "gpu-l4"})
     after = with_karpenter([created], {**pool, "status": {"resources": {"nvidia.com/gpu": "4"}}})
-    assert after.nodes == () and after.pools[0].members == 1
-    first, second = plan_on(before), plan_on(after)
-    assert first.plan == second.plan and second.plan is not None
-    assert planning.placement(first.plan, before) == planning.placement(second.plan, after)  # type: ignore[arg-type]
+    first = plan_on(before)
+    assert first.plan is not None and first.plan.node_pool == "gpu-l4"
+    second = planning.plan(spec(), qwen3_30b_a3b(), None, after, on_pool=first.plan.node_pool)
+    assert second.plan == first.plan and second.message == first.message
+    assert planning.placement(first.plan, before) == planning.placement(second.plan, after)
+    # A resource never planned on the pool (one running before the operator read pools) takes
+    # the pool's node as any node up: its plan, and pods, stay what they were.
+    assert plan_on(after).reason is Reason.PLANNED
 
 
-def test_a_pool_at_its_limit_is_not_planned_on() -> None:
-    outcome = plan_on(with_karpenter([], nodepool(labels=L4_TEMPLATE_LABELS, limit="8", used="8")))
+def test_several_values_naming_one_gpu_are_one_pool_entry_pinned_with_all_of_them() -> None:
+    requirements = [
+        {
+            "key": "node.kubernetes.io/instance-type",
+            "operator": "In",
+            "values": ["p5.4xlarge", "p5.48xlarge"],
+        },
+        {"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "In", "values": ["1", "8"]},
+    ]
+    (pool,), _ = karpenter_pools([nodepool(requirements=requirements)])
+    assert (pool.product, pool.gpus) == ("NVIDIA-H100-80GB-HBM3", 8)
+    assert pool.node_requirements[1]["values"] == ["p5.4xlarge", "p5.48xlarge"]
+
+
+def test_a_paused_pool_is_not_planned_on() -> None:
+    """A limit of 0 GPUs (how a NodePool is paused) allows no node, rather than no limit."""
+    outcome = plan_on(with_karpenter([], nodepool(labels=L4_TEMPLATE_LABELS, limit="0")))
     assert not outcome.fits and outcome.reason is Reason.NO_NODE_FITS
     assert outcome.message.endswith(
         "no node pool can create one (Karpenter NodePool gpu-l4 (nodes of 4 x NVIDIA-L4, at most 0 nodes)): "
@@ -189,21 +210,20 @@ GKE_POOL = {
 }
 
 
-def test_declared_pools_count_their_nodes_up_against_their_maximum() -> None:
+def test_a_declared_pool_pins_pods_with_its_node_selector_and_keeps_them_there() -> None:
     (pool,) = declared_pools(parse_declared_pools([GKE_POOL]))
-    assert (pool.product, pool.gpus, pool.memory_mib) == ("NVIDIA-L4", 4, 23034)
+    assert (pool.product, pool.gpus, pool.memory_mib, pool.max_nodes) == ("NVIDIA-L4", 4, 23034, 2)
+    first = plan_on(planning.inventory_from_nodes([]).with_pools([pool]))
+    assert first.reason is Reason.PLANNED_ON_NODE_POOL and first.plan is not None
+    selector = ({"key": "cloud.google.com/gke-nodepool", "operator": "In", "values": ["l4-pool"]},)
     up = gpu_node(
         "gke-l4-1",
         {"cloud.google.com/gke-nodepool": "l4-pool", "cloud.google.com/gke-accelerator": "nvidia-l4"},
     )
     inventory = planning.inventory_from_nodes([up]).with_pools([pool])
-    assert inventory.pools[0].members == 1 and inventory.pools[0].capacity == 2
-    assert inventory.nodes == ()
-    outcome = plan_on(inventory)
-    assert outcome.reason is Reason.PLANNED_ON_NODE_POOL and outcome.plan is not None
-    assert planning.placement(outcome.plan, inventory).node_requirements == (
-        {"key": "cloud.google.com/gke-nodepool", "operator": "In", "values": ["l4-pool"]},
-    )
+    kept = planning.plan(spec(), qwen3_30b_a3b(), None, inventory, on_pool="l4-pool")
+    assert kept.plan == first.plan
+    assert planning.placement(kept.plan, inventory).node_requirements == selector  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

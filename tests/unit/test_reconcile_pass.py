@@ -773,21 +773,26 @@ def test_a_nodepool_that_can_create_the_gpus_plans_the_waiting_resource_on_it(ha
     assert harness.kube.writes() == 0
 
 
-def test_a_pod_waiting_for_the_pools_node_is_reported_and_a_late_node_degrades(harness: Harness) -> None:
-    """Ready says the pod waits for the pool's node (the scheduler's words); one timer, not a
-    poll, re-checks at --node-wait, and then Degraded says no node came."""
-    key, _ = _planned_on_pool(harness)
-    message = "0/5 nodes are available: 5 node(s) didn't match Pod's node affinity/selector."
-    now = time.time()
-    waiting = PodView(
+def _waiting_pod(message: str, since: float) -> PodView:
+    """The resource's engine pod as the scheduler leaves it while no node fits it."""
+    return PodView(
         name="qwen3-b200-7d9f8b6c5-abcde",
         phase="Pending",
         deleting=False,
         ready=False,
         containers=(),
         unschedulable=message,
-        unschedulable_since=now - 10,
+        unschedulable_since=since,
     )
+
+
+def test_a_pod_waiting_for_the_pools_node_is_reported_and_a_late_node_degrades(harness: Harness) -> None:
+    """Ready says the pod waits for the pool's node (the scheduler's words); one timer, not a
+    poll, re-checks at --node-wait, and then Degraded says no node came."""
+    key, _ = _planned_on_pool(harness)
+    message = "0/5 nodes are available: 5 node(s) didn't match Pod's node affinity/selector."
+    now = time.time()
+    waiting = _waiting_pod(message, now - 10)
     harness.view.pod_views[key] = [waiting]
     harness.deliver(lambda: harness.reconciler.pod_changed(key, waiting.name, waiting, harness.view))
     ((_, patch),) = harness.kube.status_patches
@@ -810,6 +815,18 @@ def test_a_pod_waiting_for_the_pools_node_is_reported_and_a_late_node_degrades(h
         f"no node for pod {waiting.name} within 900 s from node pool b200-pool"
     )
     assert harness.timers.pending() == []
+
+
+def test_the_deadline_goes_when_the_pod_gets_its_node(harness: Harness) -> None:
+    key, _ = _planned_on_pool(harness)
+    waiting = _waiting_pod("0/5 nodes are available.", time.time())
+    harness.view.pod_views[key] = [waiting]
+    harness.deliver(lambda: harness.reconciler.pod_changed(key, waiting.name, waiting, harness.view))
+    (deadline,) = harness.timers.pending()
+    scheduled = dataclasses.replace(waiting, phase="Running", unschedulable="", unschedulable_since=None)
+    harness.view.pod_views[key] = [scheduled]
+    harness.deliver(lambda: harness.reconciler.pod_changed(key, waiting.name, scheduled, harness.view))
+    assert deadline.cancelled and harness.timers.pending() == []
 
 
 def test_node_changes_the_planner_ignores_trigger_nothing(harness: Harness) -> None:

@@ -670,4 +670,11 @@ def test_a_deadline_is_one_timer_per_key_that_runs_one_pass_and_forget_cancels_i
         h.queue.forget(A)
         assert h.timers.pending() == [] and len(h.queue) == 0
 
+        h.queue.enqueue_after(A, 45.0)
+        h.queue.cancel_deadline(A)
+        assert h.timers.pending() == []
+        await h.queue.stop(grace=1.0)
+        h.queue.enqueue_after(A, 45.0)  # a pass finishing after stop arms nothing
+        assert h.timers.pending() == [] and len(h.queue) == 0
+
     run(scenario)

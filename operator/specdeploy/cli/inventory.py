@@ -181,7 +181,8 @@ def cluster_inventory(kubeconfig: str, explicit: bool) -> ChosenInventory | None
 
 
 def _nodepools(objects: Any, group: str) -> list[dict[str, Any]]:
-    """The cluster's Karpenter NodePools, as the operator plans on them (none without Karpenter)."""
+    """The cluster's Karpenter NodePools, as the operator plans on them (none without Karpenter,
+    or without the right to list them: then said on stderr)."""
     from kubernetes.client.exceptions import ApiException
 
     try:
@@ -189,7 +190,9 @@ def _nodepools(objects: Any, group: str) -> list[dict[str, Any]]:
             group, "v1", "nodepools", _request_timeout=LIST_TIMEOUT_S
         )
     except ApiException as exc:
-        if exc.status == 404:
+        if exc.status == 403:
+            print(f"not allowed to list Karpenter NodePools ({exc.reason}): nodes only", file=sys.stderr)
+        if exc.status in (403, 404):
             return []
         refusal = f"{exc.status} {exc.reason}"
         message = f"the cluster refused to list Karpenter NodePools: {refusal}"

@@ -320,12 +320,14 @@ class Reconciler:
         self, key: Key, desired: pipeline.Desired, pods: list[PodView], node_wait: status.NodeWait
     ) -> None:
         """A pass when a pod planned on a node pool has waited ``--node-wait`` for its node: no
-        event announces that the node did not come."""
+        event announces that the node did not come. None waiting (any more): no timer."""
         plan = desired.status.plan
         pending = waiting_for_node(pods) if plan is not None and plan.node_pool else None
         left = node_wait.left(pending) if pending is not None else 0.0
         if left > 0:
             self.queue.enqueue_after(key, left + 1.0)
+        else:
+            self.queue.cancel_deadline(key)
 
     async def _compute(self, body: dict[str, Any]) -> pipeline.Desired:
         desired = await self._run(

@@ -93,6 +93,7 @@ class WorkQueue:
         self._waiting: set[Key] = set()
         self._retries: dict[Key, _Retry] = {}
         self._deadlines: dict[Key, Timer] = {}
+        self._stopped = False
         self._tasks: set[asyncio.Task[None]] = set()
 
     def enqueue(self, key: Key) -> None:
@@ -112,16 +113,24 @@ class WorkQueue:
         """One pass for ``key`` in ``delay`` seconds: a deadline no watch event will announce.
 
         One timer per key: a new deadline replaces the pending one, so a pass that sets the same
-        deadline again does not add timers."""
-        pending = self._deadlines.pop(key, None)
-        if pending is not None:
-            pending.cancel()
+        deadline again does not add timers. A key forgotten during its pass, or a stopped queue,
+        arms none."""
+        self.cancel_deadline(key)
+        slot = self._slots.get(key)
+        if self._stopped or (slot is not None and slot.forgotten):
+            return
 
         def fire() -> None:
             self._deadlines.pop(key, None)
             self.enqueue(key)
 
         self._deadlines[key] = self._call_later(delay, fire)
+
+    def cancel_deadline(self, key: Key) -> None:
+        """Drop the key's pending deadline, if any (what it waited for happened)."""
+        pending = self._deadlines.pop(key, None)
+        if pending is not None:
+            pending.cancel()
 
     async def submit(self, key: Key) -> None:
         """Reconcile ``key`` now and wait for it, or fold into the pass already waiting for it."""
@@ -138,9 +147,9 @@ class WorkQueue:
         """Let running passes finish for up to ``grace`` seconds, cancel the rest and every retry."""
         for key in list(self._retries):
             self._cancel_retry(key)
-        for timer in self._deadlines.values():
-            timer.cancel()
-        self._deadlines.clear()
+        self._stopped = True
+        for key in list(self._deadlines):
+            self.cancel_deadline(key)
         try:
             await asyncio.wait_for(self.join(), grace)
         except TimeoutError:
@@ -182,9 +191,7 @@ class WorkQueue:
     def forget(self, key: Key) -> None:
         """Drop any pending retry or deadline of a deleted resource; a pass running for it arms none."""
         self._cancel_retry(key)
-        deadline = self._deadlines.pop(key, None)
-        if deadline is not None:
-            deadline.cancel()
+        self.cancel_deadline(key)
         slot = self._slots.get(key)
         if slot is not None:
             slot.forgotten = True

@@ -123,50 +123,47 @@ class Inventory:
     unusable_pools: tuple[UnusablePool, ...] = ()
 
     def with_pools(self, pools: Iterable[NodePool], unusable: Iterable[UnusablePool] = ()) -> Inventory:
-        """This inventory with the pools a provisioner can create nodes from.
-
-        A node a pool created (one whose labels meet the pool's requirements) is planned on as
-        part of that pool, not as a node of its own: a plan made on the pool stays the same plan,
-        with the same pod template, once the pool's nodes are up.
-        """
-        kept = []
-        members = Counter[str]()
-        pools = sorted(pools, key=lambda p: (p.name, p.product))
-        for node in self.nodes:
-            owner = next((p for p in pools if p.product == node.product and p.holds(node.labels)), None)
-            if owner is None:
-                kept.append(node)
-            else:
-                members[owner.name] += 1
-        found = [replace(p, members=members[p.name]) for p in pools]
+        """This inventory with the pools a provisioner can create nodes from."""
         return replace(
             self,
-            nodes=tuple(kept),
-            pools=tuple(found),
+            pools=tuple(sorted(pools, key=lambda p: (p.name, p.product))),
             unusable_pools=tuple(sorted(unusable, key=lambda p: p.name)),
         )
 
+    def without_members_of(self, pool: str) -> Inventory:
+        """The nodes up that are not the pool's (a node whose labels meet its requirements is):
+        a resource planned on the pool keeps that plan, and its pod template, once the pool's
+        nodes are up."""
+        owned = [p for p in self.pools if p.name == pool]
+        kept = tuple(
+            n for n in self.nodes if not any(p.product == n.product and p.holds(n.labels) for p in owned)
+        )
+        return replace(self, nodes=kept)
+
     def provisionable(self) -> Inventory:
-        """The nodes the pools have and could create (no more per pool than a replica may span),
-        as an inventory the planner weighs like real nodes when no other node fits."""
+        """The nodes the pools may have (no more per pool than a replica may span), as an
+        inventory the planner weighs like real nodes when no node up fits."""
         nodes = []
         for pool in self.pools:
-            count = MAX_NODES if pool.capacity is None else min(pool.capacity, MAX_NODES)
+            count = MAX_NODES if pool.max_nodes is None else min(pool.max_nodes, MAX_NODES)
             shape = (pool.product, pool.gpus, pool.memory_mib)
             nodes += [GpuNode(f"{pool.name}/{i}", *shape) for i in range(count)]
         return Inventory(tuple(nodes))
 
-    def pool_for(self, product: str, gpus_per_node: int, nodes: int) -> NodePool | None:
+    def pool_for(
+        self, product: str, gpus_per_node: int, nodes: int, prefer: str | None = None
+    ) -> NodePool | None:
         """The pool whose nodes a plan is for: of that product, with enough GPUs per node and
-        nodes; the fewest GPUs per node (the smallest instance), then by name."""
+        nodes; ``prefer`` (the pool a resource is planned on) if it is one, else the fewest GPUs
+        per node (the smallest instance), then by name."""
         fitting = [
             p
             for p in self.pools
             if p.product == product
             and p.gpus >= gpus_per_node
-            and (nodes if p.capacity is None else p.capacity) >= nodes
+            and (nodes if p.max_nodes is None else p.max_nodes) >= nodes
         ]
-        return min(fitting, key=lambda p: (p.gpus, p.name), default=None)
+        return min(fitting, key=lambda p: (p.name != prefer, p.gpus, p.name), default=None)
 
     def pool_named(self, name: str, product: str | None) -> NodePool | None:
         return next((p for p in self.pools if p.name == name and p.product == product), None)

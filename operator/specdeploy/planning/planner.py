@@ -183,6 +183,7 @@ def plan(
     verifier: ModelInfo,
     speculator: ModelInfo | None,
     inventory: Inventory,
+    on_pool: str | None = None,
 ) -> PlanOutcome:
     """Choose the tensor-parallel size and GPU product of one replica, never overriding the user.
 
@@ -190,14 +191,18 @@ def plan(
     into, that fits in memory and that one node of the product can host; an explicit size is only
     checked. Among products that fit, the fewest GPUs per replica wins, then (for FP8 checkpoints)
     native FP8 support, then the smallest GPU memory, which keeps big GPUs free for big models.
+    Where no node up fits, the node pools are weighed the same way; ``on_pool`` is the pool the
+    resource is planned on already, whose own nodes up then count as the pool's, not as nodes
+    up, so the plan stays the pool's once they came.
     """
-    outcome = _plan_on(spec, verifier, speculator, inventory)
+    nodes_up = inventory.without_members_of(on_pool) if on_pool else inventory
+    outcome = _plan_on(spec, verifier, speculator, nodes_up)
     if not outcome.fits and outcome.reason in _PLACEMENT_FAILURES and inventory.pools:
         creatable = inventory.provisionable()
         provisioned = _plan_on(spec, verifier, speculator, creatable)
-        on_pool = _on_pool(outcome, provisioned, inventory)
-        if on_pool is not None:
-            return on_pool
+        planned = _on_pool(outcome, provisioned, inventory, on_pool)
+        if planned is not None:
+            return planned
         pools = "; ".join(pool.describe() for pool in inventory.pools)
         why = provisioned.message if creatable.nodes else "their limits allow no more nodes"
         outcome = replace(outcome, message=f"{outcome.message}; no node pool can create one ({pools}): {why}")
@@ -227,13 +232,16 @@ def _plan_on(
     return outcome
 
 
-def _on_pool(nodes: PlanOutcome, provisioned: PlanOutcome, inventory: Inventory) -> PlanOutcome | None:
-    """A plan the pools fit, naming the pool whose nodes it is for, with why no node did."""
+def _on_pool(
+    nodes: PlanOutcome, provisioned: PlanOutcome, inventory: Inventory, current: str | None
+) -> PlanOutcome | None:
+    """A plan the pools fit, naming the pool whose nodes it is for (the ``current`` one when it
+    still fits), with why no node did."""
     planned = provisioned.plan
     if not provisioned.fits or planned is None or planned.gpu_product is None:
         return None
     per_node = planned.gpus_per_replica // planned.nodes_per_replica
-    pool = inventory.pool_for(planned.gpu_product, per_node, planned.nodes_per_replica)
+    pool = inventory.pool_for(planned.gpu_product, per_node, planned.nodes_per_replica, current)
     if pool is None:
         return None
     reason = f"no node up fits ({nodes.message}); {pool.shape()} can create them: {planned.reason}"

@@ -45,9 +45,9 @@ class PoolError(ValueError):
 class NodePool:
     """Nodes of one GPU shape a provisioner can create, and what makes it create them.
 
-    ``max_nodes`` bounds its nodes (None: no limit set): the nodes it may still add when
-    ``includes_members`` is False (a Karpenter limit, less what the pool runs), else all its
-    nodes (a declared group's maximum size). ``members`` is how many of its nodes are up.
+    ``max_nodes`` is the most nodes it may have, those up included (None: no limit set): a
+    Karpenter ``nvidia.com/gpu`` limit in whole nodes, a declared group's maximum size. It does
+    not move as nodes come and go, so neither does a plan on the pool.
     ``node_requirements`` and ``tolerations`` go on an engine pod planned on the pool.
     """
 
@@ -59,15 +59,6 @@ class NodePool:
     max_nodes: int | None
     node_requirements: tuple[dict[str, Any], ...]
     tolerations: tuple[dict[str, Any], ...] = ()
-    includes_members: bool = False
-    members: int = 0
-
-    @property
-    def capacity(self) -> int | None:
-        """The most nodes the pool can have, those up included (None: no limit)."""
-        if self.max_nodes is None:
-            return None
-        return self.max_nodes if self.includes_members else self.members + self.max_nodes
 
     def holds(self, labels: Iterable[tuple[str, str]]) -> bool:
         """Whether a node with these labels is one of the pool's (meets every requirement)."""
@@ -81,7 +72,7 @@ class NodePool:
 
     def describe(self) -> str:
         """The shape and the bound, e.g. "... (nodes of 4 x NVIDIA-L4, at most 2 nodes)"."""
-        bound = "no limit" if self.capacity is None else f"at most {self.capacity} nodes"
+        bound = "no limit" if self.max_nodes is None else f"at most {self.max_nodes} nodes"
         return f"{self.kind} {self.name} ({self._nodes()}, {bound})"
 
     def _nodes(self) -> str:
@@ -108,18 +99,19 @@ def _requirement_values(requirements: Sequence[Mapping[str, Any]], key: str) -> 
     return None
 
 
-def _whole(text: str) -> int | None:
+def _whole(text: str, least: int = 1) -> int | None:
+    """A whole number of at least ``least`` (None: anything else)."""
     try:
         number = int(text)
     except ValueError:
         return None
-    return number if number > 0 else None
+    return number if number >= least else None
 
 
-def _gpu_quantity(resources: Mapping[str, Any] | None) -> int | None:
-    """A whole ``nvidia.com/gpu`` quantity from a resource list (None: absent or not whole)."""
-    value = (resources or {}).get(GPU_RESOURCE)
-    return None if value is None else _whole(str(value))
+def _gpu_limit(limits: Mapping[str, Any] | None) -> int | None:
+    """A NodePool's whole ``nvidia.com/gpu`` limit, 0 included (a paused pool); None: none set."""
+    value = (limits or {}).get(GPU_RESOURCE)
+    return None if value is None else _whole(str(value), least=0)
 
 
 class _Shape:
@@ -138,21 +130,18 @@ class _Shape:
     def mentions_gpus(self) -> bool:
         return bool(self.products()) or any(self.values(key) for key in _GPU_LABELS)
 
-    def products(self) -> list[tuple[str, str, str]]:
-        """(product, label, value) for each GPU the nodes may have: the label pins a pod to it."""
-        found: list[tuple[str, str, str]] = []
-        for label in (PRODUCT_LABEL, *ACCELERATOR_LABELS, INSTANCE_TYPE_LABEL):
+    def products(self) -> dict[str, tuple[str, tuple[str, ...]]]:
+        """Product -> (label, values) for each GPU the nodes may have, from the first label that
+        names one: a pod pinned to those values is one the pool can create a node for."""
+        for label in (PRODUCT_LABEL, *ACCELERATOR_LABELS, INSTANCE_TYPE_LABEL, AWS_GPU_NAME_LABEL):
+            found: dict[str, tuple[str, tuple[str, ...]]] = {}
             for value in self.values(label):
-                named = node_product({label: value})
-                if named is not None:
-                    found.append((named.product, label, value))
+                product = _product_named(label, value)
+                if product is not None:
+                    found[product] = (label, (*found.get(product, (label, ()))[1], value))
             if found:
                 return found
-        for value in self.values(AWS_GPU_NAME_LABEL):
-            gpu = lookup_gpu(value)
-            if gpu is not None:
-                found.append((gpu.product, AWS_GPU_NAME_LABEL, value))
-        return found
+        return {}
 
     def gpus(self) -> int | None:
         counts = [_whole(v) for key in (COUNT_LABEL, AWS_GPU_COUNT_LABEL) for v in self.values(key)]
@@ -163,6 +152,16 @@ class _Shape:
         sizes = [_whole(v) for key in (MEMORY_LABEL, AWS_GPU_MEMORY_LABEL) for v in self.values(key)]
         whole = [s for s in sizes if s is not None]
         return min(whole) if whole else None
+
+
+def _product_named(label: str, value: str) -> str | None:
+    """The GPU product a label value names: AWS's GPU names are the table's aliases, the other
+    labels are read as on a node."""
+    if label == AWS_GPU_NAME_LABEL:
+        gpu = lookup_gpu(value)
+        return gpu.product if gpu is not None else None
+    named = node_product({label: value})
+    return named.product if named is not None else None
 
 
 def _tolerations(taints: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
@@ -185,8 +184,8 @@ def karpenter_pools(nodepools: Iterable[Mapping[str, Any]]) -> tuple[list[NodePo
     (GPU feature discovery's product label, a cloud accelerator label, the instance type) or from
     ``karpenter.k8s.aws/instance-gpu-name``; GPUs per node from ``nvidia.com/gpu.count`` or
     ``karpenter.k8s.aws/instance-gpu-count`` (the largest allowed); memory from the GFD or AWS
-    memory label, else the built-in table. A ``nvidia.com/gpu`` limit, less what the pool already
-    runs, bounds the nodes. Pools that mention no GPU are not GPU pools and are left out.
+    memory label, else the built-in table. A ``nvidia.com/gpu`` limit bounds the nodes (0: a
+    paused pool). Pools that mention no GPU label nor limit are not GPU pools and are left out.
     """
     pools: list[NodePool] = []
     unusable: list[UnusablePool] = []
@@ -199,7 +198,7 @@ def karpenter_pools(nodepools: Iterable[Mapping[str, Any]]) -> tuple[list[NodePo
             (template.get("metadata") or {}).get("labels") or {},
             (template.get("spec") or {}).get("requirements") or [],
         )
-        limit = _gpu_quantity(spec.get("limits"))
+        limit = _gpu_limit(spec.get("limits"))
         if not shape.mentions_gpus() and limit is None:
             continue
         products = shape.products()
@@ -216,15 +215,14 @@ def karpenter_pools(nodepools: Iterable[Mapping[str, Any]]) -> tuple[list[NodePo
                 )
             )
             continue
-        used = _gpu_quantity((nodepool.get("status") or {}).get("resources")) or 0
-        max_nodes = None if limit is None else max(limit - used, 0) // gpus
+        max_nodes = None if limit is None else limit // gpus
         tolerations = _tolerations((template.get("spec") or {}).get("taints") or [])
-        for product, label, value in products:
+        for product, (label, values) in products.items():
             gpu = lookup_gpu(product)
             memory = shape.memory_mib() or (gpu.memory_mib if gpu else None)
             pin = (
                 {"key": NODEPOOL_LABEL, "operator": "In", "values": [name]},
-                {"key": label, "operator": "In", "values": [value]},
+                {"key": label, "operator": "In", "values": list(values)},
             )
             pools.append(NodePool(name, kind, product, gpus, memory, max_nodes, pin, tolerations))
     return pools, unusable
@@ -232,7 +230,8 @@ def karpenter_pools(nodepools: Iterable[Mapping[str, Any]]) -> tuple[list[NodePo
 
 def pool_view(nodepool: Mapping[str, Any]) -> dict[str, Any]:
     """What ``karpenter_pools`` reads of a NodePool: the operator keeps only this projection, and
-    a change elsewhere (its conditions, its disruption settings) leaves it equal."""
+    a change elsewhere (its status as nodes come and go, its disruption settings) leaves it
+    equal."""
     spec = nodepool.get("spec") or {}
     template = spec.get("template") or {}
     template_spec = template.get("spec") or {}
@@ -245,7 +244,6 @@ def pool_view(nodepool: Mapping[str, Any]) -> dict[str, Any]:
             },
             "limits": dict(spec.get("limits") or {}),
         },
-        "status": {"resources": dict((nodepool.get("status") or {}).get("resources") or {})},
     }
 
 
@@ -287,8 +285,8 @@ def parse_declared_pools(data: Any) -> tuple[DeclaredPool, ...]:
 
 
 def declared_pools(declared: Iterable[DeclaredPool]) -> list[NodePool]:
-    """Declared pools as provisionable shapes; the nodes up in a pool (those carrying its whole
-    nodeSelector) count against its ``maxNodes``."""
+    """Declared pools as provisionable shapes; a pool's nodes are those carrying its whole
+    nodeSelector."""
     pools = []
     for pool in declared:
         gpu = lookup_gpu(pool.gpu_product)
@@ -305,7 +303,6 @@ def declared_pools(declared: Iterable[DeclaredPool]) -> list[NodePool]:
                 pool.max_nodes,
                 pin,
                 tuple(pool.tolerations),
-                includes_members=True,
             )
         )
     return pools
