@@ -324,7 +324,11 @@ class Sandbox:
         for crd in crds:
             utils.create_from_dict(api, crd)  # type: ignore[no-untyped-call]
         extensions = client.ApiextensionsV1Api(api)
-        established = lambda: all(_established(extensions, crd["metadata"]["name"]) for crd in crds)  # noqa: E731
+        names = [crd["metadata"]["name"] for crd in crds]
+
+        def established() -> bool:
+            return all(_established(extensions, name) for name in names)
+
         self._wait(state, deadline, "Karpenter's CRDs", established)
         objects = client.CustomObjectsApi(api)
         node_class = provisioner.node_class()

@@ -33,7 +33,6 @@ from specdeploy.controller.pods import (
     PodView,
     command_digest,
     pod_failure,
-    waiting_for_node,
 )
 from specdeploy.controller.workqueue import CallLater, Key, Outcome, WorkQueue, WriteLedger, loop_call_later
 from specdeploy.modelinfo import ModelResolver
@@ -321,8 +320,7 @@ class Reconciler:
     ) -> None:
         """A pass when a pod planned on a node pool has waited ``--node-wait`` for its node: no
         event announces that the node did not come. None waiting (any more): no timer."""
-        plan = desired.status.plan
-        pending = waiting_for_node(pods) if plan is not None and plan.node_pool else None
+        pending = status.waiting_for_pool_node(desired, pods)
         left = node_wait.left(pending) if pending is not None else 0.0
         if left > 0:
             self.queue.enqueue_after(key, left + 1.0)

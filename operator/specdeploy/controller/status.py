@@ -76,6 +76,13 @@ class NodeWait:
         return max(since + self.limit - self.now, 0.0)
 
 
+def waiting_for_pool_node(result: Desired, pods: Sequence[PodView]) -> PodView | None:
+    """The engine pod waiting for the node a node pool is to create (None: the plan is on no
+    pool, or no pod waits): what Ready reports and the deadline timer watches."""
+    plan = result.status.plan
+    return waiting_for_node(pods) if plan is not None and plan.node_pool else None
+
+
 def lifecycle_conditions(
     result: Desired,
     deployment: dict[str, Any] | None,
@@ -130,9 +137,9 @@ def lifecycle_conditions(
         )
     waiting = engine.reason if engine is not None else "WaitingForReplicas"
     ready_message = counts
-    pool = result.status.plan.node_pool if result.status.plan is not None else None
-    pending = waiting_for_node(pods) if pool and engine is None and not serving else None
+    pending = waiting_for_pool_node(result, pods) if engine is None and not serving else None
     if pending is not None:
+        pool = result.status.plan.node_pool if result.status.plan is not None else None
         waiting = WAITING_FOR_NODE
         ready_message = (
             f"{counts}; pod {pending.name} waits for node pool {pool} to create a node: "

@@ -121,6 +121,8 @@ class Inventory:
     unlabelled: tuple[UnlabelledGpuNode, ...] = ()
     pools: tuple[NodePool, ...] = ()
     unusable_pools: tuple[UnusablePool, ...] = ()
+    # without_members_of's answers, per pool (not part of the inventory's value).
+    _without: dict[str, Inventory] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def with_pools(self, pools: Iterable[NodePool], unusable: Iterable[UnusablePool] = ()) -> Inventory:
         """This inventory with the pools a provisioner can create nodes from."""
@@ -133,12 +135,16 @@ class Inventory:
     def without_members_of(self, pool: str) -> Inventory:
         """The nodes up that are not the pool's (a node whose labels meet its requirements is):
         a resource planned on the pool keeps that plan, and its pod template, once the pool's
-        nodes are up."""
-        owned = [p for p in self.pools if p.name == pool]
-        kept = tuple(
-            n for n in self.nodes if not any(p.product == n.product and p.holds(n.labels) for p in owned)
-        )
-        return replace(self, nodes=kept)
+        nodes are up. Once per pool and inventory: every resource planned on the pool asks on
+        every pass, and each answer is a walk over every node."""
+        found = self._without.get(pool)
+        if found is None:
+            owned = [p for p in self.pools if p.name == pool]
+            kept = tuple(
+                n for n in self.nodes if not any(p.product == n.product and p.holds(n.labels) for p in owned)
+            )
+            found = self._without[pool] = replace(self, nodes=kept)
+        return found
 
     def provisionable(self) -> Inventory:
         """The nodes the pools may have (no more per pool than a replica may span), as an
